@@ -1,0 +1,41 @@
+"""Train the sentencepiece tokenizer on the transcripts of a data dir and write the token list.
+
+Writes ``<out>/bpe.model``, ``<out>/bpe.vocab`` and ``<out>/tokens.txt`` (ESPnet token list: ``<blank>``,
+``<unk>``, the pieces, ``<sos/eos>``, one per line).
+
+Usage: ``python -m avsr.bin.tokenizer --text data/train/text --out data/token_list --vocab-size 64``
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from avsr.data.datadir import read_kaldi_map
+from avsr.data.tokenizer import Tokenizer, train_sentencepiece
+
+logger = logging.getLogger("avsr.tokenizer")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point (see the module docstring)."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--text", required=True, type=Path, help="Kaldi text file (<utt-id> <transcript>)")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--vocab-size", type=int, default=64)
+    p.add_argument("--model-type", default="unigram", choices=["unigram", "bpe", "char", "word"])
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    texts = list(read_kaldi_map(args.text).values())
+    model = train_sentencepiece(texts, args.out / "bpe", args.vocab_size, args.model_type)
+    tok = Tokenizer(model)
+    tmp = args.out / "tokens.txt.tmp"
+    tmp.write_text("\n".join(tok.token_list) + "\n", encoding="utf-8")
+    tmp.replace(args.out / "tokens.txt")
+    logger.info("%s: %d tokens; example %s -> %s", model, tok.vocab_size, texts[0],
+                [tok.token_list[i] for i in tok.encode(texts[0])])
+
+
+if __name__ == "__main__":
+    main()

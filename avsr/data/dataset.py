@@ -1,0 +1,275 @@
+"""Audio-visual datasets, length-bucketed batching and collation.
+
+An item is one utterance of a data dir (:mod:`avsr.data.datadir`): its 16 kHz waveform (optionally mixed
+with noise at an SNR) turned into AV-HuBERT's 104-dim stacked filterbanks at 25 Hz, its 96x96 mouth ROI
+frames cropped to 88x88 and normalised, and its token ids. Audio and video must agree in duration within
+``max_frame_diff`` frames; the audio features are then padded or trimmed to the video length as
+AV-HuBERT's ``hubert_dataset.py`` does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from avsr.data.datadir import Utterance
+from avsr.data.media import read_video, read_wav
+from avsr.data.noise import NoiseSource, stable_seed
+from avsr.data.tokenizer import Tokenizer
+from avsr.features import SAMPLES_PER_FRAME, avhubert_audio_features, crop_video, normalize_video
+
+MODALITIES = ("audio", "video")
+
+
+class DataError(ValueError):
+    """An utterance cannot be used; the message names the utterance and its files."""
+
+
+@dataclass
+class NoiseConfig:
+    """Noise added to the audio of a dataset.
+
+    Attributes:
+        source: the noise recording.
+        prob: probability that an utterance gets noise (1.0 for a test condition).
+        snr_db: the SNRs in dB to draw from uniformly (one value for a test condition).
+        fixed: the segment and SNR are a function of the utterance id (reproducible test conditions);
+            otherwise they are drawn anew each time (training augmentation).
+    """
+
+    source: NoiseSource
+    prob: float = 1.0
+    snr_db: Sequence[float] = (0.0,)
+    fixed: bool = False
+
+
+class AVDataset(torch.utils.data.Dataset):
+    """Utterances of a data dir as model inputs.
+
+    Args:
+        utts: the utterances (from :func:`avsr.data.datadir.read_datadir`).
+        tokenizer: turns transcripts into token ids; None for unlabeled data.
+        modalities: which streams to load, a subset of ``("audio", "video")``.
+        train: random crop and horizontal flip of the video (else centre crop).
+        noise: additive noise for the audio, or None.
+        max_frame_diff: largest accepted difference, in 25 fps frames, between the audio duration
+            (samples / 640) and the number of video frames.
+        cache: keep decoded waveforms and frames in memory after the first read (uint8 video, float32
+            audio: about 0.5 MB per second of speech).
+        seed: base seed of the random augmentation.
+
+    Items are dicts: ``utt_id`` (str), ``audio`` (T, 104) float32 or None, ``video`` (T, 88, 88) float32
+    (normalised) or None, ``tokens`` (L,) int64 or None, ``text`` (str or None); T is the number of 25 fps
+    video frames (audio-only: ceil(samples / 640)).
+
+    Raises (from ``__getitem__``):
+        DataError: the utterance has no file for a requested modality, the durations disagree, or the
+            transcript is empty; avsr.data.media.MediaError for a missing or corrupt file.
+    """
+
+    def __init__(
+        self,
+        utts: Sequence[Utterance],
+        tokenizer: Tokenizer | None = None,
+        modalities: Sequence[str] = MODALITIES,
+        train: bool = False,
+        noise: NoiseConfig | None = None,
+        max_frame_diff: int = 2,
+        cache: bool = True,
+        seed: int = 0,
+    ):
+        bad = [m for m in modalities if m not in MODALITIES]
+        if bad or not modalities:
+            raise ValueError(f"modalities must be a non-empty subset of {MODALITIES}, got {list(modalities)}")
+        self.utts = list(utts)
+        self.tokenizer = tokenizer
+        self.modalities = tuple(modalities)
+        self.train = train
+        self.noise = noise
+        self.max_frame_diff = max_frame_diff
+        self.cache = cache
+        self.seed = seed
+        self.epoch = 0
+        self._cache: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self.utts)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the augmentation of the next pass depend on ``epoch`` (reproducible resumption)."""
+        self.epoch = epoch
+
+    def num_frames(self, index: int) -> int:
+        """Length of item ``index`` in 25 fps frames (from utt2num_frames if known, else by reading it)."""
+        u = self.utts[index]
+        if u.num_frames is not None:
+            return u.num_frames
+        wav, video = self._load(index)
+        return int(video.shape[0]) if video is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
+
+    def _load(self, index: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        if index in self._cache:
+            return self._cache[index]
+        u = self.utts[index]
+        wav = video = None
+        if "audio" in self.modalities:
+            if not u.wav:
+                raise DataError(f"utterance '{u.utt_id}' has no wav.scp entry but audio is requested")
+            wav = read_wav(u.wav)
+        if "video" in self.modalities:
+            if not u.video:
+                raise DataError(f"utterance '{u.utt_id}' has no video.scp entry but video is requested")
+            video = read_video(u.video)
+        if wav is not None and video is not None:
+            audio_frames = wav.numel() / SAMPLES_PER_FRAME
+            if abs(audio_frames - video.shape[0]) > self.max_frame_diff:
+                raise DataError(
+                    f"utterance '{u.utt_id}': audio {u.wav} lasts {wav.numel() / 16000:.3f} s "
+                    f"({audio_frames:.1f} frames) but video {u.video} has {video.shape[0]} frames at 25 fps "
+                    f"({video.shape[0] / 25:.3f} s); tolerance {self.max_frame_diff} frames"
+                )
+        if self.cache:
+            self._cache[index] = (wav, video)
+        return wav, video
+
+    def _generator(self, index: int) -> torch.Generator:
+        g = torch.Generator()
+        g.manual_seed(stable_seed(self.seed, self.epoch, index))
+        return g
+
+    def __getitem__(self, index: int) -> dict:
+        u = self.utts[index]
+        wav, video = self._load(index)
+        g = self._generator(index)
+        num_frames = int(video.shape[0]) if video is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
+        audio_feats = video_feats = tokens = None
+        if wav is not None:
+            if self.noise is not None:
+                wav = self._add_noise(u.utt_id, wav, g)
+            audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames)
+        if video is not None:
+            video_feats = normalize_video(crop_video(video, train=self.train, generator=g))
+        if self.tokenizer is not None:
+            if not (u.text or "").strip():
+                raise DataError(f"utterance '{u.utt_id}' has an empty transcript")
+            tokens = torch.tensor(self.tokenizer.encode(u.text), dtype=torch.long)
+        return {"utt_id": u.utt_id, "audio": audio_feats, "video": video_feats, "tokens": tokens, "text": u.text}
+
+    def _add_noise(self, utt_id: str, wav: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+        cfg = self.noise
+        if cfg.fixed:
+            snr = cfg.snr_db[stable_seed(utt_id) % len(cfg.snr_db)]
+            return cfg.source.mix(wav, snr, key=utt_id)
+        if float(torch.rand((), generator=g)) >= cfg.prob:
+            return wav
+        snr = cfg.snr_db[int(torch.randint(0, len(cfg.snr_db), (1,), generator=g))]
+        return cfg.source.mix(wav, snr, generator=g)
+
+
+def collate(items: list[dict]) -> dict:
+    """Pad a list of :class:`AVDataset` items into a batch.
+
+    Returns:
+        dict with ``utt_ids`` (list[str]), ``audio`` (B, 104, T) float32 or None, ``video``
+        (B, 1, T, 88, 88) float32 or None (zero-padded in time), ``lengths`` (B,) int64 frames,
+        ``ys_pad`` (B, L) int64 padded with -1 or None, ``ys_lens`` (B,) int64 or None, ``texts``.
+    """
+    lengths = torch.tensor(
+        [(it["video"] if it["video"] is not None else it["audio"]).shape[0] for it in items], dtype=torch.long
+    )
+    t_max = int(lengths.max())
+    batch: dict = {"utt_ids": [it["utt_id"] for it in items], "lengths": lengths, "texts": [it["text"] for it in items]}
+    if items[0]["audio"] is not None:
+        audio = torch.zeros(len(items), items[0]["audio"].shape[1], t_max)
+        for i, it in enumerate(items):
+            audio[i, :, : it["audio"].shape[0]] = it["audio"].T
+        batch["audio"] = audio
+    else:
+        batch["audio"] = None
+    if items[0]["video"] is not None:
+        _, h, w = items[0]["video"].shape
+        video = torch.zeros(len(items), 1, t_max, h, w)
+        for i, it in enumerate(items):
+            video[i, 0, : it["video"].shape[0]] = it["video"]
+        batch["video"] = video
+    else:
+        batch["video"] = None
+    if items[0]["tokens"] is not None:
+        ys_lens = torch.tensor([it["tokens"].numel() for it in items], dtype=torch.long)
+        ys_pad = torch.full((len(items), int(ys_lens.max())), -1, dtype=torch.long)
+        for i, it in enumerate(items):
+            ys_pad[i, : it["tokens"].numel()] = it["tokens"]
+        batch["ys_pad"], batch["ys_lens"] = ys_pad, ys_lens
+    else:
+        batch["ys_pad"] = batch["ys_lens"] = None
+    return batch
+
+
+class BucketBatchSampler(torch.utils.data.Sampler):
+    """Batches of utterances of similar length, at most ``max_frames`` padded frames per batch.
+
+    Utterances are sorted by length and cut into consecutive batches whose ``batch_size * longest`` stays
+    within ``max_frames`` (and ``batch_size <= max_batch_size``); the order of the batches is shuffled per
+    epoch from ``seed + epoch``, so a resumed run sees the same order. With ``num_replicas > 1`` (DDP) each
+    rank takes every ``num_replicas``-th batch, the list being cut to a multiple of ``num_replicas``.
+
+    Args:
+        lengths: frames per utterance.
+        max_frames: padded frames per batch (per rank).
+        max_batch_size: utterances per batch at most.
+        shuffle: shuffle the batch order each epoch.
+        seed: base of the shuffling seed.
+        num_replicas, rank: data-parallel world size and this process's rank.
+
+    Raises:
+        ValueError: an utterance is longer than ``max_frames``.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int],
+        max_frames: int,
+        max_batch_size: int = 10_000,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ):
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.num_replicas, self.rank = num_replicas, rank
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        batches: list[list[int]] = []
+        cur: list[int] = []
+        for i in order:
+            if lengths[i] > max_frames:
+                raise ValueError(f"utterance {i} has {lengths[i]} frames, more than max_frames={max_frames}")
+            if cur and ((len(cur) + 1) * lengths[i] > max_frames or len(cur) >= max_batch_size):
+                batches.append(cur)
+                cur = []
+            cur.append(i)
+        if cur:
+            batches.append(cur)
+        self.batches = batches
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _epoch_batches(self) -> list[list[int]]:
+        batches = list(self.batches)
+        if self.shuffle:
+            g = torch.Generator()
+            g.manual_seed(self.seed + self.epoch)
+            batches = [batches[i] for i in torch.randperm(len(batches), generator=g).tolist()]
+        if self.num_replicas > 1:
+            usable = len(batches) - len(batches) % self.num_replicas
+            batches = batches[:usable][self.rank :: self.num_replicas]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self._epoch_batches())
+
+    def __len__(self) -> int:
+        return len(self._epoch_batches())

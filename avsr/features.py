@@ -1,0 +1,205 @@
+"""Model-input features: AV-HuBERT's stacked log filterbanks for audio, and video ROI normalisation.
+
+Audio follows AV-HuBERT's ``hubert_dataset.py`` (``load_feature``/``stacker``/``normalize``) on top of
+python_speech_features' ``logfbank`` (26 filters, 25 ms window, 10 ms hop, pre-emphasis 0.97, 512-point FFT,
+rectangular window, zero power floored at machine epsilon), re-written with torch so that it runs batched and
+needs no python_speech_features. Video follows AV-HuBERT's image transforms: scale to [0, 1], crop 88x88
+(centre at evaluation, random position and horizontal flip in training), normalise with mean 0.421 and
+standard deviation 0.165.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import torch
+
+#: audio samples per video frame at 16 kHz and 25 fps.
+SAMPLES_PER_FRAME = 640
+#: AV-HuBERT's video normalisation constants (pixel values scaled to [0, 1]).
+VIDEO_MEAN = 0.421
+VIDEO_STD = 0.165
+#: side of the square crop fed to the video front-end, in pixels.
+CROP_SIZE = 88
+#: int16 full scale: the original reads wav files as int16 and computes filterbanks on that scale.
+_INT16_SCALE = 32768.0
+_EPS = torch.finfo(torch.float64).eps
+
+
+def _hz_to_mel(hz: float) -> float:
+    return 2595.0 * math.log10(1.0 + hz / 700.0)
+
+
+def _mel_to_hz(mel: torch.Tensor) -> torch.Tensor:
+    return 700.0 * (10.0 ** (mel / 2595.0) - 1.0)
+
+
+@lru_cache(maxsize=8)
+def mel_filterbank(num_filters: int = 26, nfft: int = 512, sample_rate: int = 16000) -> torch.Tensor:
+    """Triangular mel filterbank built exactly as python_speech_features' ``get_filterbanks``.
+
+    The filter edges are FFT bins ``floor((nfft + 1) * mel_to_hz(m) / sample_rate)`` for ``num_filters + 2``
+    points equally spaced on the mel scale between 0 Hz and ``sample_rate / 2``; each filter rises linearly
+    from 0 at its left edge to 1 at its centre bin and falls back to 0 at its right edge (exclusive).
+
+    Returns:
+        float64 tensor (num_filters, nfft // 2 + 1).
+    """
+    mel_points = torch.linspace(_hz_to_mel(0.0), _hz_to_mel(sample_rate / 2), num_filters + 2, dtype=torch.float64)
+    bins = torch.floor((nfft + 1) * _mel_to_hz(mel_points) / sample_rate)
+    k = torch.arange(nfft // 2 + 1, dtype=torch.float64)
+    left, centre, right = bins[:-2, None], bins[1:-1, None], bins[2:, None]
+    rising = (k - left) / (centre - left)
+    falling = (right - k) / (right - centre)
+    fb = torch.where((k >= left) & (k < centre), rising, torch.zeros(()))
+    fb = torch.where((k >= centre) & (k < right), falling, fb)
+    return fb
+
+
+def logfbank(
+    waveform: torch.Tensor,
+    sample_rate: int = 16000,
+    winlen: float = 0.025,
+    winstep: float = 0.01,
+    num_filters: int = 26,
+    nfft: int = 512,
+    preemph: float = 0.97,
+) -> torch.Tensor:
+    """Log mel filterbank energies, numerically as python_speech_features' ``logfbank``.
+
+    Args:
+        waveform: (num_samples,) samples on the scale the caller wants (AV-HuBERT uses int16 values).
+        sample_rate: in Hz.
+        winlen, winstep: window length and hop in seconds (rectangular window, no dithering).
+        num_filters: number of mel filters.
+        nfft: FFT size; frames longer than ``nfft`` are truncated by the FFT as numpy's ``rfft`` does.
+        preemph: pre-emphasis coefficient.
+
+    Returns:
+        float64 tensor (num_frames, num_filters) at 1 / winstep Hz, where
+        ``num_frames = 1 + ceil((num_samples - winlen * sample_rate) / (winstep * sample_rate))`` (1 when the
+        signal is shorter than one window; the last frame is zero-padded).
+
+    Raises:
+        ValueError: ``waveform`` is not one-dimensional or is empty.
+    """
+    if waveform.dim() != 1 or waveform.numel() == 0:
+        raise ValueError(f"logfbank expects a non-empty 1-D waveform, got shape {tuple(waveform.shape)}")
+    x = waveform.to(torch.float64)
+    x = torch.cat([x[:1], x[1:] - preemph * x[:-1]])
+    frame_len = int(round(winlen * sample_rate))
+    frame_step = int(round(winstep * sample_rate))
+    n = x.numel()
+    num_frames = 1 if n <= frame_len else 1 + int(math.ceil((n - frame_len) / frame_step))
+    pad = (num_frames - 1) * frame_step + frame_len - n
+    x = torch.nn.functional.pad(x, (0, pad))
+    frames = x.unfold(0, frame_len, frame_step)
+    power = torch.fft.rfft(frames, n=nfft).abs().pow(2) / nfft
+    feats = power @ mel_filterbank(num_filters, nfft, sample_rate).T
+    feats = torch.where(feats == 0, torch.full_like(feats, _EPS), feats)
+    return feats.log()
+
+
+def stack_frames(feats: torch.Tensor, stack_order: int = 4) -> torch.Tensor:
+    """Stack ``stack_order`` consecutive frames into one, zero-padding the end (AV-HuBERT's ``stacker``).
+
+    Args:
+        feats: (T, F).
+        stack_order: frames per stacked frame (4 turns 100 Hz into 25 Hz).
+
+    Returns:
+        (ceil(T / stack_order), stack_order * F), frame-major: ``out[t] = concat(feats[4t], ..., feats[4t+3])``.
+    """
+    t, f = feats.shape
+    res = (-t) % stack_order
+    if res:
+        feats = torch.cat([feats, feats.new_zeros(res, f)])
+    return feats.reshape(-1, stack_order * f)
+
+
+def avhubert_audio_features(
+    waveform: torch.Tensor,
+    sample_rate: int = 16000,
+    num_video_frames: int | None = None,
+    normalize: bool = True,
+) -> torch.Tensor:
+    """AV-HuBERT's audio input: 26 log filterbanks at 100 Hz stacked 4 at a time to 104 dims at 25 Hz.
+
+    Follows AV-HuBERT ``hubert_dataset.py``: the waveform is read on the int16 scale (float input in
+    [-1, 1] is scaled by 32768), ``logfbank`` (see :func:`logfbank`), :func:`stack_frames` with order 4, the
+    result zero-padded or trimmed to ``num_video_frames`` when given, then each frame layer-normalised over
+    its 104 features (``normalize: true``; no affine parameters, eps 1e-5).
+
+    Args:
+        waveform: (num_samples,) float in [-1, 1] (or int16 values as an integer tensor), mono.
+        sample_rate: must be 16000 (the 25 Hz stacking assumes 100 Hz filterbank frames).
+        num_video_frames: pad (with zeros) or trim the feature sequence to this many 25 Hz frames.
+        normalize: apply the per-frame layer normalisation.
+
+    Returns:
+        float32 tensor (T, 104) at 25 Hz.
+
+    Raises:
+        ValueError: wrong sample rate, or a waveform that is not 1-D or is empty.
+    """
+    if sample_rate != 16000:
+        raise ValueError(f"avhubert_audio_features expects 16000 Hz audio, got {sample_rate} Hz")
+    x = waveform.to(torch.float64)
+    if waveform.is_floating_point():
+        x = x * _INT16_SCALE
+    feats = stack_frames(logfbank(x, sample_rate), 4)
+    if num_video_frames is not None:
+        diff = feats.shape[0] - num_video_frames
+        if diff < 0:
+            feats = torch.cat([feats, feats.new_zeros(-diff, feats.shape[1])])
+        elif diff > 0:
+            feats = feats[:num_video_frames]
+    feats = feats.to(torch.float32)
+    if normalize:
+        feats = torch.nn.functional.layer_norm(feats, feats.shape[1:])
+    return feats
+
+
+def crop_video(
+    frames: torch.Tensor, size: int = CROP_SIZE, train: bool = False, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Crop square ROI frames to ``size`` (AV-HuBERT's CenterCrop at eval, RandomCrop + HorizontalFlip in training).
+
+    Args:
+        frames: (T, H, W) any dtype, H and W >= size.
+        size: output side in pixels.
+        train: random crop position (the same for every frame of the clip) and a horizontal flip with
+            probability 0.5; otherwise the centre crop.
+        generator: random source for the training augmentation.
+
+    Returns:
+        (T, size, size), same dtype.
+
+    Raises:
+        ValueError: frames smaller than ``size``.
+    """
+    t, h, w = frames.shape
+    if h < size or w < size:
+        raise ValueError(f"video frames of {h}x{w} are smaller than the {size}x{size} crop")
+    if train:
+        top = int(torch.randint(0, h - size + 1, (1,), generator=generator))
+        left = int(torch.randint(0, w - size + 1, (1,), generator=generator))
+    else:
+        top, left = int(round((h - size) / 2.0)), int(round((w - size) / 2.0))
+    out = frames[:, top : top + size, left : left + size]
+    if train and bool(torch.rand((), generator=generator) < 0.5):
+        out = out.flip(-1)
+    return out
+
+
+def normalize_video(frames: torch.Tensor) -> torch.Tensor:
+    """uint8 gray frames -> float32, scaled to [0, 1] then ``(x - 0.421) / 0.165`` (AV-HuBERT's Normalize).
+
+    Args:
+        frames: (..., H, W) uint8 (0-255).
+
+    Returns:
+        float32 tensor of the same shape.
+    """
+    return (frames.to(torch.float32) / 255.0 - VIDEO_MEAN) / VIDEO_STD

@@ -1,0 +1,78 @@
+"""Atomic checkpoint writing, discovery of the last checkpoint, and parameter averaging.
+
+A checkpoint is a ``torch.save`` dict. Writes go to a temporary file in the same directory followed by
+``os.replace``, so an interrupted write never leaves a truncated checkpoint behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import torch
+
+
+def save_atomic(obj: object, path: str | os.PathLike) -> None:
+    """``torch.save(obj, path)`` through a temporary file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+    """Load a checkpoint written by :func:`save_atomic` (weights_only, so no code is executed).
+
+    Raises:
+        FileNotFoundError: no such file.
+        RuntimeError: the file is truncated or not a torch checkpoint (the message names the file).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # torch raises several types for corrupt files
+        raise RuntimeError(f"cannot read checkpoint {path}: {e}") from e
+
+
+def epoch_checkpoints(exp_dir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """The ``epoch<N>.pt`` files of ``exp_dir`` as (N, path), sorted by N."""
+    found = []
+    for p in Path(exp_dir).glob("epoch*.pt"):
+        m = re.fullmatch(r"epoch(\d+)\.pt", p.name)
+        if m:
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def average_state_dicts(paths: list[str | os.PathLike], key: str = "model") -> dict[str, torch.Tensor]:
+    """Element-wise mean of the floating-point parameters of several checkpoints (ESPnet's
+    ``average_nbest_models``); integer buffers (e.g. BatchNorm's ``num_batches_tracked``) come from the last.
+
+    Raises:
+        ValueError: ``paths`` is empty or the checkpoints hold different keys.
+    """
+    if not paths:
+        raise ValueError("average_state_dicts: no checkpoint given")
+    avg: dict[str, torch.Tensor] = {}
+    for i, p in enumerate(paths):
+        state = load_checkpoint(p)[key]
+        if i and set(state) != set(avg):
+            raise ValueError(f"checkpoint {p} has other parameters than {paths[0]}")
+        for k, v in state.items():
+            if not v.is_floating_point():
+                avg[k] = v.clone()
+            elif i == 0:
+                avg[k] = v.clone().double()
+            else:
+                avg[k] += v.double()
+    return {
+        k: (v / len(paths)).to(torch.float32) if v.is_floating_point() else v for k, v in avg.items()
+    }

@@ -1,0 +1,273 @@
+"""Training of :class:`avsr.models.asr.AVSRModel`: one CPU process, one GPU, or many through torchrun.
+
+The same loop runs everywhere: with ``WORLD_SIZE > 1`` in the environment (set by ``torchrun``) it joins the
+process group and wraps the model in DistributedDataParallel; each rank reads its own share of the
+length-bucketed batches. After every epoch the trainer writes, atomically, ``epoch<N>.pt`` (the model) and
+``checkpoint.pt`` (model, optimiser, scheduler, epoch, step, RNG states); a new run in the same directory
+resumes from ``checkpoint.pt`` with the same data order and learning-rate position.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from avsr.config import ConfigError, from_dict, load_yaml
+from avsr.data.dataset import AVDataset, BucketBatchSampler, NoiseConfig, collate
+from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
+
+logger = logging.getLogger("avsr.train")
+
+#: keys of a training YAML file that configure the model rather than the loop.
+MODEL_KEYS = ("encoder_conf", "decoder_conf", "model_conf")
+
+
+@dataclass
+class TrainConfig:
+    """Loop, optimiser and augmentation settings (the top-level keys of ``conf/train/*.yaml``).
+
+    Attributes:
+        max_epoch: passes over the training data.
+        batch_frames: padded 25 fps frames per batch and rank (``batch_size * longest``).
+        max_batch_size: utterances per batch at most.
+        accum_grad: batches whose gradients are summed before an optimiser step.
+        lr: peak learning rate of AdamW.
+        weight_decay: AdamW weight decay.
+        betas: AdamW betas.
+        warmup_steps: linear warm-up length in optimiser steps.
+        final_lr_scale: cosine decay ends at ``lr * final_lr_scale`` at the last step.
+        grad_clip: clip the global gradient norm to this (0 disables).
+        noise_prob: probability that a training utterance gets babble noise (needs a noise file).
+        noise_snr_db: SNRs in dB drawn uniformly for that noise.
+        seed: seed of initialisation, data order and augmentation.
+        num_workers: DataLoader worker processes (0 loads in the main process, with a cache).
+        use_amp: bfloat16 autocast on CUDA.
+        keep_nbest: number of last epoch checkpoints kept on disk (the rest are deleted).
+        log_interval: optimiser steps between log lines.
+    """
+
+    max_epoch: int = 30
+    batch_frames: int = 2000
+    max_batch_size: int = 64
+    accum_grad: int = 1
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    warmup_steps: int = 500
+    final_lr_scale: float = 0.05
+    grad_clip: float = 5.0
+    noise_prob: float = 0.0
+    noise_snr_db: list[float] = field(default_factory=lambda: [-5.0, 0.0, 5.0, 10.0])
+    seed: int = 0
+    num_workers: int = 0
+    use_amp: bool = True
+    keep_nbest: int = 5
+    log_interval: int = 20
+
+
+def load_train_config(path: str | os.PathLike) -> tuple[TrainConfig, dict]:
+    """Read a training YAML: loop settings into :class:`TrainConfig`, model settings returned as a dict.
+
+    Raises:
+        ConfigError: an unknown key (named, with the file).
+    """
+    data = load_yaml(path)
+    model_part = {k: data.pop(k) for k in MODEL_KEYS if k in data}
+    cfg = from_dict(TrainConfig, data, where=str(path))
+    cfg.betas = tuple(cfg.betas)
+    return cfg, model_part
+
+
+def lr_lambda(step: int, warmup: int, total: int, final_scale: float) -> float:
+    """Learning-rate multiplier: linear warm-up to 1 over ``warmup`` steps, then cosine decay to
+    ``final_scale`` at step ``total``."""
+    if step < warmup:
+        return (step + 1) / max(1, warmup)
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return final_scale + (1 - final_scale) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _dist_info() -> tuple[int, int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    return world, rank, local
+
+
+class Trainer:
+    """Trains an AVSR model on a training and a validation dataset into ``exp_dir``.
+
+    Args:
+        model: an ``AVSRModel`` (``forward(audio, video, lengths, ys_pad, ys_lens) -> (loss, stats)``).
+        model_config: the dict the model was built from (saved in checkpoints so they rebuild the model).
+        train_set, valid_set: :class:`AVDataset` s with a tokenizer.
+        cfg: loop settings.
+        exp_dir: output directory (checkpoints, ``train.log``, ``train_log.jsonl``).
+        device: ``cpu``, ``cuda`` or ``cuda:N``; with torchrun the local rank's GPU.
+    """
+
+    def __init__(self, model, model_config: dict, train_set: AVDataset, valid_set: AVDataset,
+                 cfg: TrainConfig, exp_dir: str | os.PathLike, device: str = "cpu"):
+        self.cfg = cfg
+        self.exp_dir = Path(exp_dir)
+        self.world, self.rank, local = _dist_info()
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        if device.startswith("cuda") and self.world > 1:
+            device = f"cuda:{local}"
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.model_config = model_config
+        self.train_set, self.valid_set = train_set, valid_set
+        lengths = [train_set.num_frames(i) for i in range(len(train_set))]
+        self.sampler = BucketBatchSampler(lengths, cfg.batch_frames, cfg.max_batch_size, shuffle=True,
+                                          seed=cfg.seed, num_replicas=self.world, rank=self.rank)
+        vlen = [valid_set.num_frames(i) for i in range(len(valid_set))]
+        self.valid_sampler = BucketBatchSampler(vlen, cfg.batch_frames, cfg.max_batch_size, shuffle=False)
+        self.loader = torch.utils.data.DataLoader(train_set, batch_sampler=self.sampler, collate_fn=collate,
+                                                  num_workers=cfg.num_workers,
+                                                  persistent_workers=cfg.num_workers > 0)
+        self.valid_loader = torch.utils.data.DataLoader(valid_set, batch_sampler=self.valid_sampler,
+                                                        collate_fn=collate)
+        self.ddp = (torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
+                    if self.world > 1 else self.model)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=cfg.betas,
+                                           weight_decay=cfg.weight_decay)
+        self.total_steps = max(1, cfg.max_epoch * len(self.sampler) // cfg.accum_grad)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_lambda(s, cfg.warmup_steps, self.total_steps, cfg.final_lr_scale))
+        self.epoch = 0
+        self.step = 0
+        self.amp = cfg.use_amp and self.device.type == "cuda"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def resume(self) -> bool:
+        """Load ``exp_dir/checkpoint.pt`` if present; returns whether a run was resumed."""
+        path = self.exp_dir / "checkpoint.pt"
+        if not path.is_file():
+            return False
+        state = load_checkpoint(path, map_location=self.device)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.epoch, self.step = state["epoch"], state["step"]
+        torch.set_rng_state(state["rng_cpu"])
+        logger.info("resumed from %s at epoch %d, step %d", path, self.epoch, self.step)
+        return True
+
+    def _to(self, batch: dict) -> dict:
+        return {k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+    def _forward(self, batch: dict, model) -> tuple[torch.Tensor, dict]:
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+            return model(batch["audio"], batch["video"], batch["lengths"], batch["ys_pad"], batch["ys_lens"])
+
+    def train_epoch(self) -> dict:
+        """One pass over the training data; returns the mean of the batch statistics."""
+        self.model.train()
+        self.sampler.set_epoch(self.epoch)
+        self.train_set.set_epoch(self.epoch)
+        sums: dict[str, float] = {}
+        n = 0
+        bar = tqdm(self.loader, desc=f"epoch {self.epoch + 1}/{self.cfg.max_epoch}", disable=not self.is_main,
+                   dynamic_ncols=True, mininterval=2.0)
+        self.optimizer.zero_grad(set_to_none=True)
+        for i, batch in enumerate(bar):
+            batch = self._to(batch)
+            loss, stats = self._forward(batch, self.ddp)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss at epoch {self.epoch + 1}, step {self.step}: "
+                                         f"utterances {batch['utt_ids'][:4]}...")
+            (loss / self.cfg.accum_grad).backward()
+            if (i + 1) % self.cfg.accum_grad == 0:
+                if self.cfg.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.step += 1
+                if self.is_main and self.step % self.cfg.log_interval == 0:
+                    logger.info("epoch %d step %d lr %.2e %s", self.epoch + 1, self.step,
+                                self.scheduler.get_last_lr()[0],
+                                " ".join(f"{k} {v:.3f}" for k, v in stats.items()))
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            n += 1
+            bar.set_postfix(loss=f"{float(stats['loss']):.3f}", acc=f"{float(stats.get('acc', 0)):.3f}")
+        return {k: v / max(1, n) for k, v in sums.items()}
+
+    @torch.no_grad()
+    def validate(self) -> dict:
+        """Teacher-forced loss and token accuracy on the validation set (audio-visual input)."""
+        self.model.eval()
+        sums: dict[str, float] = {}
+        n = 0
+        for batch in self.valid_loader:
+            _, stats = self._forward(self._to(batch), self.model)
+            for k, v in stats.items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+            n += 1
+        return {k: v / max(1, n) for k, v in sums.items()}
+
+    def save(self, valid: dict) -> None:
+        """Write ``epoch<N>.pt`` and ``checkpoint.pt`` atomically and prune old epoch checkpoints."""
+        if not self.is_main:
+            return
+        model_state = self.model.state_dict()
+        meta = {"model_config": self.model_config, "epoch": self.epoch, "step": self.step, "valid": valid}
+        save_atomic({"model": model_state, **meta}, self.exp_dir / f"epoch{self.epoch}.pt")
+        save_atomic({"model": model_state, **meta, "optimizer": self.optimizer.state_dict(),
+                     "scheduler": self.scheduler.state_dict(), "rng_cpu": torch.get_rng_state()},
+                    self.exp_dir / "checkpoint.pt")
+        for _, p in epoch_checkpoints(self.exp_dir)[: -self.cfg.keep_nbest]:
+            p.unlink()
+
+    def run(self) -> None:
+        """Train from the current epoch to ``max_epoch``, validating and checkpointing after each epoch."""
+        self.exp_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.exp_dir / "train_log.jsonl"
+        if self.epoch >= self.cfg.max_epoch:
+            logger.info("training already finished (%d epochs)", self.epoch)
+            return
+        while self.epoch < self.cfg.max_epoch:
+            t0 = time.time()
+            train_stats = self.train_epoch()
+            valid_stats = self.validate()
+            self.epoch += 1
+            self.save(valid_stats)
+            if self.is_main:
+                rec = {"epoch": self.epoch, "step": self.step, "time_s": round(time.time() - t0, 1),
+                       "lr": self.scheduler.get_last_lr()[0],
+                       "train": {k: round(v, 4) for k, v in train_stats.items()},
+                       "valid": {k: round(v, 4) for k, v in valid_stats.items()}}
+                with open(log_path, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(rec) + "\n")
+                logger.info("epoch %d done in %.1f s: train %s | valid %s", self.epoch, rec["time_s"],
+                            rec["train"], rec["valid"])
+
+
+def build_noise(path: str | None, cfg: TrainConfig) -> NoiseConfig | None:
+    """The training-time noise augmentation, or None when no file is given or ``noise_prob`` is 0.
+
+    Raises:
+        ConfigError: ``noise_prob > 0`` but no noise file was given.
+    """
+    from avsr.data.noise import NoiseSource
+
+    if cfg.noise_prob <= 0:
+        return None
+    if not path:
+        raise ConfigError("noise_prob > 0 needs a noise file (--train-noise)")
+    return NoiseConfig(NoiseSource(path), prob=cfg.noise_prob, snr_db=list(cfg.noise_snr_db), fixed=False)

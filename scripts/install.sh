@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install everything avsr needs on a fresh Debian machine into ./.venv (run from anywhere).
+#   bash scripts/install.sh          # runtime: Debian packages (festival + voices) and the package
+#   bash scripts/install.sh --dev    # also the test tools (pytest, ruff)
+# torch/torchaudio are pinned by constraints.txt (the versions CI uses); setup.cfg allows a range.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+extras=""
+[ "${1:-}" = "--dev" ] && extras="[dev]"
+
+debs=(festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts)
+missing=()
+for d in "${debs[@]}"; do
+  dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q "install ok installed" || missing+=("$d")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[install] apt-get install ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+
+py="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$py" -m venv .venv
+.venv/bin/python -m pip install -q -c constraints.txt -e ".${extras}"
+.venv/bin/python -c "import torch, torchaudio, av, sentencepiece; print('[install] torch', torch.__version__, '| torchaudio', torchaudio.__version__)"

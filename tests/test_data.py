@@ -1,0 +1,170 @@
+"""Data dirs, tokenizer, noise mixing, datasets, batching: behaviour and error messages."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from avsr.config import ConfigError, from_dict, load_yaml
+from avsr.data.datadir import DataDirError, Utterance, read_datadir, write_datadir
+from avsr.data.dataset import AVDataset, BucketBatchSampler, DataError, NoiseConfig, collate
+from avsr.data.media import MediaError, write_video, write_wav
+from avsr.data.noise import NoiseSource, mix_at_snr
+from avsr.data.tokenizer import Tokenizer, train_sentencepiece
+
+WORDS = "BIN LAY PLACE SET BLUE GREEN RED WHITE AT BY IN WITH A B C ONE TWO THREE AGAIN NOW PLEASE SOON".split()
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(WORDS, 6)) for _ in range(300)]
+    model = train_sentencepiece(texts, tmp_path_factory.mktemp("tok") / "bpe", vocab_size=30)
+    return Tokenizer(model)
+
+
+def make_utt(root, utt_id, frames=10, wav_frames=None, text="BIN BLUE AT A ONE NOW", sr=16000):
+    wav_frames = frames if wav_frames is None else wav_frames
+    rng = np.random.default_rng(abs(hash(utt_id)) % 2**32)
+    wav = root / f"{utt_id}.wav"
+    mp4 = root / f"{utt_id}.mp4"
+    write_wav(wav, (rng.standard_normal(wav_frames * 640 * sr // 16000) * 0.1).astype(np.float32), sample_rate=sr)
+    write_video(mp4, rng.integers(0, 255, (frames, 96, 96), dtype=np.uint8), fps=25)
+    return Utterance(utt_id=utt_id, speaker=utt_id.split("_")[0], wav=str(wav), video=str(mp4), text=text,
+                     num_frames=frames)
+
+
+def test_tokenizer_round_trip_and_espnet_layout(tokenizer):
+    assert tokenizer.token_list[0] == "<blank>" and tokenizer.token_list[1] == "<unk>"
+    assert tokenizer.token_list[-1] == "<sos/eos>"
+    ids = tokenizer.encode("SET WHITE BY C THREE SOON")
+    assert all(0 < i < tokenizer.sos_eos_id for i in ids)
+    assert tokenizer.decode(ids) == "SET WHITE BY C THREE SOON"
+    assert tokenizer.decode([0, *ids, tokenizer.sos_eos_id]) == "SET WHITE BY C THREE SOON"
+
+
+def test_datadir_round_trip_sorted(tmp_path):
+    utts = [Utterance("s2_b", "s2", wav="/x/b.wav", video="/x/b.mp4", text="B", num_frames=3),
+            Utterance("s1_a", "s1", wav="/x/a.wav", video="/x/a.mp4", text="A  B", num_frames=5)]
+    write_datadir(tmp_path / "d", utts)
+    back = read_datadir(tmp_path / "d")
+    assert [u.utt_id for u in back] == ["s1_a", "s2_b"]
+    assert back[0].text == "A  B" and back[0].num_frames == 5 and back[1].video == "/x/b.mp4"
+    assert (tmp_path / "d" / "spk2utt").read_text() == "s1 s1_a\ns2 s2_b\n"
+
+
+def test_datadir_errors_name_file_and_utterance(tmp_path):
+    utts = [Utterance("s1_a", "s1", wav="/a.wav", video="/a.mp4", text="A"),
+            Utterance("s1_b", "s1", wav="/b.wav", video="/b.mp4", text="B")]
+    write_datadir(tmp_path, utts)
+    (tmp_path / "video.scp").write_text("s1_a /a.mp4\n")
+    with pytest.raises(DataDirError, match=r"video\.scp.*s1_b"):
+        read_datadir(tmp_path)
+    write_datadir(tmp_path, utts)
+    (tmp_path / "text").write_text("s1_a A\ns1_b\n")
+    with pytest.raises(DataDirError, match=r"text.*s1_b.*empty transcript"):
+        read_datadir(tmp_path)
+    with pytest.raises(DataDirError, match="speaker"):
+        write_datadir(tmp_path / "x", [Utterance("a_1", "b", wav="/a.wav", text="A")])
+
+
+def test_mix_at_snr_hits_the_requested_ratio():
+    g = torch.Generator().manual_seed(0)
+    speech, noise = torch.randn(16000, generator=g), torch.randn(16000, generator=g) * 3
+    for snr in (-5.0, 0.0, 10.0):
+        mixed = mix_at_snr(speech, noise, snr)
+        achieved = 10 * math.log10(speech.pow(2).mean() / (mixed - speech).pow(2).mean())
+        assert abs(achieved - snr) < 1e-3
+
+
+def test_noise_source_fixed_segments_are_reproducible(tmp_path):
+    write_wav(tmp_path / "n.wav", np.random.default_rng(1).standard_normal(32000).astype(np.float32) * 0.1)
+    src = NoiseSource(tmp_path / "n.wav")
+    speech = torch.randn(5000) * 0.1
+    assert torch.equal(src.mix(speech, 0.0, key="utt1"), src.mix(speech, 0.0, key="utt1"))
+    assert not torch.equal(src.mix(speech, 0.0, key="utt1"), src.mix(speech, 0.0, key="utt2"))
+    write_wav(tmp_path / "silent.wav", np.zeros(100, dtype=np.float32))
+    with pytest.raises(ValueError, match="silent"):
+        NoiseSource(tmp_path / "silent.wav")
+
+
+def test_dataset_items_and_collate(tmp_path, tokenizer):
+    utts = [make_utt(tmp_path, "s1_a", 10), make_utt(tmp_path, "s1_b", 7, text="SET RED BY B TWO SOON")]
+    ds = AVDataset(utts, tokenizer)
+    item = ds[1]
+    assert item["audio"].shape == (7, 104) and item["video"].shape == (7, 88, 88)
+    assert tokenizer.decode(item["tokens"].tolist()) == "SET RED BY B TWO SOON"
+    batch = collate([ds[0], ds[1]])
+    assert batch["audio"].shape == (2, 104, 10) and batch["video"].shape == (2, 1, 10, 88, 88)
+    assert batch["lengths"].tolist() == [10, 7]
+    assert torch.equal(batch["video"][1, 0, 7:], torch.zeros(3, 88, 88))
+    assert (batch["ys_pad"][batch["ys_pad"] >= 0].numel()) == int(batch["ys_lens"].sum())
+
+
+def test_dataset_noise_changes_audio_only(tmp_path, tokenizer):
+    utts = [make_utt(tmp_path, "s1_a", 10)]
+    write_wav(tmp_path / "n.wav", np.random.default_rng(1).standard_normal(32000).astype(np.float32))
+    clean = AVDataset(utts, tokenizer)[0]
+    noisy = AVDataset(utts, tokenizer, noise=NoiseConfig(NoiseSource(tmp_path / "n.wav"), snr_db=[-5.0],
+                                                          fixed=True))[0]
+    assert not torch.allclose(clean["audio"], noisy["audio"])
+    assert torch.equal(clean["video"], noisy["video"])
+
+
+def test_duration_mismatch_is_an_error_naming_the_utterance(tmp_path, tokenizer):
+    utts = [make_utt(tmp_path, "s1_bad", frames=10, wav_frames=20)]
+    with pytest.raises(DataError, match=r"s1_bad.*20\.0 frames.*10 frames"):
+        AVDataset(utts, tokenizer)[0]
+
+
+def test_wrong_rate_missing_and_corrupt_media_are_errors(tmp_path, tokenizer):
+    u = make_utt(tmp_path, "s1_sr", frames=5, sr=8000)
+    with pytest.raises(MediaError, match=r"s1_sr\.wav.*8000"):
+        AVDataset([u], tokenizer)[0]
+    u = make_utt(tmp_path, "s1_gone", frames=5)
+    (tmp_path / "s1_gone.mp4").unlink()
+    with pytest.raises(MediaError, match=r"s1_gone\.mp4"):
+        AVDataset([u], tokenizer)[0]
+    u = make_utt(tmp_path, "s1_corrupt", frames=5)
+    (tmp_path / "s1_corrupt.mp4").write_bytes(b"\x00\x01 not an mp4" * 10)
+    with pytest.raises(MediaError, match=r"s1_corrupt\.mp4"):
+        AVDataset([u], tokenizer)[0]
+
+
+def test_empty_transcript_is_an_error(tmp_path, tokenizer):
+    u = make_utt(tmp_path, "s1_e", frames=5, text="")
+    with pytest.raises(DataError, match="s1_e.*empty transcript"):
+        AVDataset([u], tokenizer)[0]
+
+
+def test_bucket_sampler_respects_budget_and_is_reproducible():
+    lengths = list(np.random.default_rng(0).integers(20, 80, 200))
+    s = BucketBatchSampler(lengths, max_frames=400, seed=3)
+    batches = list(s)
+    assert sorted(i for b in batches for i in b) == list(range(200))
+    assert all(len(b) * max(lengths[i] for i in b) <= 400 for b in batches)
+    s2 = BucketBatchSampler(lengths, max_frames=400, seed=3)
+    assert list(s2) == batches
+    s2.set_epoch(1)
+    assert list(s2) != batches
+    r0 = BucketBatchSampler(lengths, 400, seed=3, num_replicas=2, rank=0)
+    r1 = BucketBatchSampler(lengths, 400, seed=3, num_replicas=2, rank=1)
+    assert len(r0) == len(r1) and not {i for b in r0 for i in b} & {i for b in r1 for i in b}
+    with pytest.raises(ValueError, match="max_frames"):
+        BucketBatchSampler([500], max_frames=400)
+
+
+def test_config_unknown_key_names_key_and_file(tmp_path):
+    from dataclasses import dataclass
+
+    @dataclass
+    class C:
+        encoder_layers: int = 2
+
+    (tmp_path / "c.yaml").write_text("encoder_layer: 3\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml.*'encoder_layer'.*did you mean 'encoder_layers'"):
+        from_dict(C, load_yaml(tmp_path / "c.yaml"), where=str(tmp_path / "c.yaml"))
+    (tmp_path / "bad.yaml").write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_yaml(tmp_path / "bad.yaml")

@@ -1,0 +1,135 @@
+"""AV-HuBERT audio features and video normalisation, checked against a direct numpy transcription of
+python_speech_features' published algorithm (sigproc.framesig/powspec, base.get_filterbanks/fbank)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from avsr.features import (
+    avhubert_audio_features,
+    crop_video,
+    logfbank,
+    mel_filterbank,
+    normalize_video,
+    stack_frames,
+)
+
+
+def reference_logfbank(signal, samplerate=16000, winlen=0.025, winstep=0.01, nfilt=26, nfft=512, preemph=0.97):
+    """Loop-by-loop transcription of python_speech_features 0.6 ``logfbank`` (rectangular window)."""
+    signal = np.asarray(signal, dtype=np.float64)
+    signal = np.append(signal[0], signal[1:] - preemph * signal[:-1])
+    frame_len, frame_step = int(round(winlen * samplerate)), int(round(winstep * samplerate))
+    slen = len(signal)
+    numframes = 1 if slen <= frame_len else 1 + int(math.ceil((1.0 * slen - frame_len) / frame_step))
+    padlen = int((numframes - 1) * frame_step + frame_len)
+    padded = np.concatenate((signal, np.zeros(padlen - slen)))
+    frames = np.stack([padded[i * frame_step : i * frame_step + frame_len] for i in range(numframes)])
+    pspec = 1.0 / nfft * np.square(np.abs(np.fft.rfft(frames, nfft)))
+
+    def hz2mel(hz):
+        return 2595 * np.log10(1 + hz / 700.0)
+
+    def mel2hz(mel):
+        return 700 * (10 ** (mel / 2595.0) - 1)
+
+    melpoints = np.linspace(hz2mel(0), hz2mel(samplerate / 2), nfilt + 2)
+    bins = np.floor((nfft + 1) * mel2hz(melpoints) / samplerate)
+    fbank = np.zeros([nfilt, nfft // 2 + 1])
+    for j in range(nfilt):
+        for i in range(int(bins[j]), int(bins[j + 1])):
+            fbank[j, i] = (i - bins[j]) / (bins[j + 1] - bins[j])
+        for i in range(int(bins[j + 1]), int(bins[j + 2])):
+            fbank[j, i] = (bins[j + 2] - i) / (bins[j + 2] - bins[j + 1])
+    feat = np.dot(pspec, fbank.T)
+    feat = np.where(feat == 0, np.finfo(float).eps, feat)
+    return np.log(feat)
+
+
+@pytest.mark.parametrize("n", [200, 400, 401, 561, 12345, 16000])
+def test_logfbank_matches_published_algorithm(n):
+    rng = np.random.default_rng(n)
+    sig = np.round(rng.standard_normal(n) * 2000)
+    sig[:37] = 0  # exact zeros exercise the eps floor on silent frames
+    ours = logfbank(torch.from_numpy(sig)).numpy()
+    ref = reference_logfbank(sig)
+    assert ours.shape == ref.shape
+    np.testing.assert_allclose(ours, ref, rtol=0, atol=1e-9)
+
+
+def test_silence_is_floored_not_minus_infinity():
+    out = logfbank(torch.zeros(1600, dtype=torch.float64))
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out, torch.full_like(out, math.log(np.finfo(float).eps)))
+
+
+def test_filterbank_peaks_where_a_tone_is():
+    t = torch.arange(16000, dtype=torch.float64) / 16000
+    tone = torch.sin(2 * math.pi * 1000 * t) * 10000
+    energies = logfbank(tone).mean(0)
+    fb = mel_filterbank()
+    bin_1khz = round(1000 * 512 / 16000)
+    assert int(energies.argmax()) == int(fb[:, bin_1khz].argmax())
+
+
+def test_stacking_pads_with_zeros_and_keeps_frame_order():
+    feats = torch.arange(10 * 3, dtype=torch.float32).reshape(10, 3)
+    out = stack_frames(feats, 4)
+    assert out.shape == (3, 12)
+    assert torch.equal(out[0], feats[0:4].reshape(-1))
+    assert torch.equal(out[2, :6], feats[8:10].reshape(-1))
+    assert torch.equal(out[2, 6:], torch.zeros(6))
+
+
+@pytest.mark.parametrize("frames", [1, 7, 50])
+def test_avhubert_features_are_25hz_104dim_and_frame_normalised(frames):
+    wav = torch.randn(frames * 640) * 0.1
+    feats = avhubert_audio_features(wav, num_video_frames=frames)
+    assert feats.shape == (frames, 104) and feats.dtype == torch.float32
+    torch.testing.assert_close(feats.mean(1), torch.zeros(frames), atol=1e-4, rtol=0)
+    torch.testing.assert_close(feats.std(1, unbiased=False), torch.ones(frames), atol=1e-2, rtol=0)
+
+
+def test_features_follow_the_original_pipeline_step_by_step():
+    rng = np.random.default_rng(3)
+    wav = (rng.standard_normal(640 * 20) * 0.05).astype(np.float32)
+    ref = reference_logfbank(np.asarray(wav, dtype=np.float64) * 32768.0)  # original reads int16 scale
+    ref = np.concatenate([ref, np.zeros(((-len(ref)) % 4, 26))]).reshape(-1, 104)
+    ref = ref[:18]  # trimmed to a shorter video
+    ref = (ref - ref.mean(1, keepdims=True)) / np.sqrt(ref.var(1, keepdims=True) + 1e-5)
+    ours = avhubert_audio_features(torch.from_numpy(wav), num_video_frames=18)
+    np.testing.assert_allclose(ours.numpy(), ref, atol=1e-4)
+
+
+def test_audio_is_padded_to_longer_video():
+    feats = avhubert_audio_features(torch.randn(640 * 5) * 0.1, num_video_frames=8, normalize=False)
+    assert feats.shape == (8, 104)
+    assert torch.equal(feats[5:], torch.zeros(3, 104))
+
+
+def test_wrong_sample_rate_is_refused():
+    with pytest.raises(ValueError, match="16000"):
+        avhubert_audio_features(torch.randn(8000), sample_rate=8000)
+
+
+def test_video_centre_crop_and_normalisation():
+    frames = torch.zeros(3, 96, 96, dtype=torch.uint8)
+    frames[:, 4:92, 4:92] = 255
+    out = normalize_video(crop_video(frames))
+    assert out.shape == (3, 88, 88)
+    torch.testing.assert_close(out, torch.full_like(out, (1.0 - 0.421) / 0.165))
+
+
+def test_training_crop_is_random_and_can_flip():
+    frames = torch.arange(96, dtype=torch.uint8).repeat(2, 96, 1)  # value = column index
+    g = torch.Generator().manual_seed(0)
+    firsts = {int(crop_video(frames, train=True, generator=g)[0, 0, 0]) for _ in range(40)}
+    assert len(firsts) > 3  # positions vary
+    assert any(f >= 87 for f in firsts)  # some crops are flipped (first column holds a right-edge value)
+
+
+def test_crop_refuses_small_frames():
+    with pytest.raises(ValueError, match="smaller"):
+        crop_video(torch.zeros(2, 64, 64))
