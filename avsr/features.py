@@ -46,7 +46,9 @@ def mel_filterbank(num_filters: int = 26, nfft: int = 512, sample_rate: int = 16
     Returns:
         float64 tensor (num_filters, nfft // 2 + 1).
     """
-    mel_points = torch.linspace(_hz_to_mel(0.0), _hz_to_mel(sample_rate / 2), num_filters + 2, dtype=torch.float64)
+    mel_points = torch.linspace(
+        _hz_to_mel(0.0), _hz_to_mel(sample_rate / 2), num_filters + 2, dtype=torch.float64
+    )
     bins = torch.floor((nfft + 1) * _mel_to_hz(mel_points) / sample_rate)
     k = torch.arange(nfft // 2 + 1, dtype=torch.float64)
     left, centre, right = bins[:-2, None], bins[1:-1, None], bins[2:, None]

@@ -13,7 +13,9 @@ from avsr.data.media import MediaError, write_video, write_wav
 from avsr.data.noise import NoiseSource, mix_at_snr
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 
-WORDS = "BIN LAY PLACE SET BLUE GREEN RED WHITE AT BY IN WITH A B C ONE TWO THREE AGAIN NOW PLEASE SOON".split()
+WORDS = (
+    "BIN LAY PLACE SET BLUE GREEN RED WHITE AT BY IN WITH A B C ONE TWO THREE AGAIN NOW PLEASE SOON".split()
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +31,18 @@ def make_utt(root, utt_id, frames=10, wav_frames=None, text="BIN BLUE AT A ONE N
     rng = np.random.default_rng(abs(hash(utt_id)) % 2**32)
     wav = root / f"{utt_id}.wav"
     mp4 = root / f"{utt_id}.mp4"
-    write_wav(wav, (rng.standard_normal(wav_frames * 640 * sr // 16000) * 0.1).astype(np.float32), sample_rate=sr)
+    write_wav(
+        wav, (rng.standard_normal(wav_frames * 640 * sr // 16000) * 0.1).astype(np.float32), sample_rate=sr
+    )
     write_video(mp4, rng.integers(0, 255, (frames, 96, 96), dtype=np.uint8), fps=25)
-    return Utterance(utt_id=utt_id, speaker=utt_id.split("_")[0], wav=str(wav), video=str(mp4), text=text,
-                     num_frames=frames)
+    return Utterance(
+        utt_id=utt_id,
+        speaker=utt_id.split("_")[0],
+        wav=str(wav),
+        video=str(mp4),
+        text=text,
+        num_frames=frames,
+    )
 
 
 def test_tokenizer_round_trip_and_espnet_layout(tokenizer):
@@ -45,8 +55,10 @@ def test_tokenizer_round_trip_and_espnet_layout(tokenizer):
 
 
 def test_datadir_round_trip_sorted(tmp_path):
-    utts = [Utterance("s2_b", "s2", wav="/x/b.wav", video="/x/b.mp4", text="B", num_frames=3),
-            Utterance("s1_a", "s1", wav="/x/a.wav", video="/x/a.mp4", text="A  B", num_frames=5)]
+    utts = [
+        Utterance("s2_b", "s2", wav="/x/b.wav", video="/x/b.mp4", text="B", num_frames=3),
+        Utterance("s1_a", "s1", wav="/x/a.wav", video="/x/a.mp4", text="A  B", num_frames=5),
+    ]
     write_datadir(tmp_path / "d", utts)
     back = read_datadir(tmp_path / "d")
     assert [u.utt_id for u in back] == ["s1_a", "s2_b"]
@@ -55,8 +67,10 @@ def test_datadir_round_trip_sorted(tmp_path):
 
 
 def test_datadir_errors_name_file_and_utterance(tmp_path):
-    utts = [Utterance("s1_a", "s1", wav="/a.wav", video="/a.mp4", text="A"),
-            Utterance("s1_b", "s1", wav="/b.wav", video="/b.mp4", text="B")]
+    utts = [
+        Utterance("s1_a", "s1", wav="/a.wav", video="/a.mp4", text="A"),
+        Utterance("s1_b", "s1", wav="/b.wav", video="/b.mp4", text="B"),
+    ]
     write_datadir(tmp_path, utts)
     (tmp_path / "video.scp").write_text("s1_a /a.mp4\n")
     with pytest.raises(DataDirError, match=r"video\.scp.*s1_b"):
@@ -106,8 +120,9 @@ def test_dataset_noise_changes_audio_only(tmp_path, tokenizer):
     utts = [make_utt(tmp_path, "s1_a", 10)]
     write_wav(tmp_path / "n.wav", np.random.default_rng(1).standard_normal(32000).astype(np.float32))
     clean = AVDataset(utts, tokenizer)[0]
-    noisy = AVDataset(utts, tokenizer, noise=NoiseConfig(NoiseSource(tmp_path / "n.wav"), snr_db=[-5.0],
-                                                          fixed=True))[0]
+    noisy = AVDataset(
+        utts, tokenizer, noise=NoiseConfig(NoiseSource(tmp_path / "n.wav"), snr_db=[-5.0], fixed=True)
+    )[0]
     assert not torch.allclose(clean["audio"], noisy["audio"])
     assert torch.equal(clean["video"], noisy["video"])
 

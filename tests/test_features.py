@@ -17,7 +17,9 @@ from avsr.features import (
 )
 
 
-def reference_logfbank(signal, samplerate=16000, winlen=0.025, winstep=0.01, nfilt=26, nfft=512, preemph=0.97):
+def reference_logfbank(
+    signal, samplerate=16000, winlen=0.025, winstep=0.01, nfilt=26, nfft=512, preemph=0.97
+):
     """Loop-by-loop transcription of python_speech_features 0.6 ``logfbank`` (rectangular window)."""
     signal = np.asarray(signal, dtype=np.float64)
     signal = np.append(signal[0], signal[1:] - preemph * signal[:-1])

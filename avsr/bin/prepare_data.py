@@ -48,8 +48,16 @@ def scan_split(split_dir: Path) -> list[Utterance]:
         except RuntimeError as e:
             raise DataDirError(f"{wav}: unreadable wav ({e})") from e
         utt_id = wav.stem if wav.stem.startswith(spk) else f"{spk}_{wav.stem}"
-        utts.append(Utterance(utt_id=utt_id, speaker=spk, wav=str(wav.resolve()), video=str(mp4.resolve()),
-                              text=text, num_frames=math.ceil(num_samples / SAMPLES_PER_FRAME)))
+        utts.append(
+            Utterance(
+                utt_id=utt_id,
+                speaker=spk,
+                wav=str(wav.resolve()),
+                video=str(mp4.resolve()),
+                text=text,
+                num_frames=math.ceil(num_samples / SAMPLES_PER_FRAME),
+            )
+        )
     for mp4 in sorted(split_dir.glob("*/*.mp4")):
         if not mp4.with_suffix(".wav").is_file():
             raise DataDirError(f"{mp4.with_suffix('.wav')} is missing (its video {mp4} exists)")
@@ -70,8 +78,13 @@ def main(argv: list[str] | None = None) -> None:
         utts = scan_split(args.corpus / split)
         write_datadir(args.out / split, utts)
         hours = sum(u.num_frames for u in utts) / 25 / 3600
-        logger.info("%s: %d utterances, %d speakers, %.2f h", args.out / split, len(utts),
-                    len({u.speaker for u in utts}), hours)
+        logger.info(
+            "%s: %d utterances, %d speakers, %.2f h",
+            args.out / split,
+            len(utts),
+            len({u.speaker for u in utts}),
+            hours,
+        )
 
 
 if __name__ == "__main__":

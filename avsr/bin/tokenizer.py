@@ -33,8 +33,13 @@ def main(argv: list[str] | None = None) -> None:
     tmp = args.out / "tokens.txt.tmp"
     tmp.write_text("\n".join(tok.token_list) + "\n", encoding="utf-8")
     tmp.replace(args.out / "tokens.txt")
-    logger.info("%s: %d tokens; example %s -> %s", model, tok.vocab_size, texts[0],
-                [tok.token_list[i] for i in tok.encode(texts[0])])
+    logger.info(
+        "%s: %d tokens; example %s -> %s",
+        model,
+        tok.vocab_size,
+        texts[0],
+        [tok.token_list[i] for i in tok.encode(texts[0])],
+    )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,12 @@ def setup_logging(path: Path | None = None) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(path))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        handlers=handlers, force=True)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        handlers=handlers,
+        force=True,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -71,8 +75,13 @@ def main(argv: list[str] | None = None) -> None:
     resolved["betas"] = list(resolved["betas"])
     (args.exp_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
 
-    train_set = AVDataset(read_datadir(args.train_data), tokenizer, train=True,
-                          noise=build_noise(args.train_noise, cfg), seed=cfg.seed)
+    train_set = AVDataset(
+        read_datadir(args.train_data),
+        tokenizer,
+        train=True,
+        noise=build_noise(args.train_noise, cfg),
+        seed=cfg.seed,
+    )
     valid_set = AVDataset(read_datadir(args.valid_data), tokenizer, train=False)
     device = "cuda" if args.ngpu > 0 else "cpu"
     if device == "cuda" and not torch.cuda.is_available():

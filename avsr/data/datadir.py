@@ -114,9 +114,13 @@ def read_datadir(path: str | os.PathLike, require_text: bool = True) -> list[Utt
         missing = [u for u in utt2spk if u not in table]
         extra = [u for u in table if u not in utt2spk]
         if missing:
-            raise DataDirError(f"{path / name}: utterance '{missing[0]}' of utt2spk is missing ({len(missing)} in all)")
+            raise DataDirError(
+                f"{path / name}: utterance '{missing[0]}' of utt2spk is missing ({len(missing)} in all)"
+            )
         if extra:
-            raise DataDirError(f"{path / name}: utterance '{extra[0]}' is not in utt2spk ({len(extra)} in all)")
+            raise DataDirError(
+                f"{path / name}: utterance '{extra[0]}' is not in utt2spk ({len(extra)} in all)"
+            )
     utts = []
     for utt_id in sorted(utt2spk):
         text = tables.get("text", {}).get(utt_id)
@@ -151,7 +155,9 @@ def write_datadir(path: str | os.PathLike, utts: list[Utterance]) -> None:
         if u.utt_id in seen:
             raise DataDirError(f"{path}: duplicate utterance id '{u.utt_id}'")
         if not u.utt_id.startswith(u.speaker):
-            raise DataDirError(f"{path}: utterance id '{u.utt_id}' does not start with its speaker id '{u.speaker}'")
+            raise DataDirError(
+                f"{path}: utterance id '{u.utt_id}' does not start with its speaker id '{u.speaker}'"
+            )
         seen.add(u.utt_id)
     write_kaldi_map(path / "utt2spk", {u.utt_id: u.speaker for u in utts})
     spk2utt: dict[str, list[str]] = {}

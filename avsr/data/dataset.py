@@ -156,7 +156,13 @@ class AVDataset(torch.utils.data.Dataset):
             if not (u.text or "").strip():
                 raise DataError(f"utterance '{u.utt_id}' has an empty transcript")
             tokens = torch.tensor(self.tokenizer.encode(u.text), dtype=torch.long)
-        return {"utt_id": u.utt_id, "audio": audio_feats, "video": video_feats, "tokens": tokens, "text": u.text}
+        return {
+            "utt_id": u.utt_id,
+            "audio": audio_feats,
+            "video": video_feats,
+            "tokens": tokens,
+            "text": u.text,
+        }
 
     def _add_noise(self, utt_id: str, wav: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         cfg = self.noise
@@ -181,7 +187,11 @@ def collate(items: list[dict]) -> dict:
         [(it["video"] if it["video"] is not None else it["audio"]).shape[0] for it in items], dtype=torch.long
     )
     t_max = int(lengths.max())
-    batch: dict = {"utt_ids": [it["utt_id"] for it in items], "lengths": lengths, "texts": [it["text"] for it in items]}
+    batch: dict = {
+        "utt_ids": [it["utt_id"] for it in items],
+        "lengths": lengths,
+        "texts": [it["text"] for it in items],
+    }
     if items[0]["audio"] is not None:
         audio = torch.zeros(len(items), items[0]["audio"].shape[1], t_max)
         for i, it in enumerate(items):

@@ -74,7 +74,9 @@ class NoiseSource:
         idx = (torch.arange(num_samples) + offset) % n
         return self.wav[idx]
 
-    def mix(self, speech: torch.Tensor, snr_db: float, key: str | None = None, generator=None) -> torch.Tensor:
+    def mix(
+        self, speech: torch.Tensor, snr_db: float, key: str | None = None, generator=None
+    ) -> torch.Tensor:
         """``speech`` (N,) plus a noise segment at ``snr_db``; ``key`` fixes the segment (test conditions)."""
         offset = None
         if key is not None:

@@ -73,6 +73,4 @@ def average_state_dicts(paths: list[str | os.PathLike], key: str = "model") -> d
                 avg[k] = v.clone().double()
             else:
                 avg[k] += v.double()
-    return {
-        k: (v / len(paths)).to(torch.float32) if v.is_floating_point() else v for k, v in avg.items()
-    }
+    return {k: (v / len(paths)).to(torch.float32) if v.is_floating_point() else v for k, v in avg.items()}

@@ -115,8 +115,16 @@ class Trainer:
         device: ``cpu``, ``cuda`` or ``cuda:N``; with torchrun the local rank's GPU.
     """
 
-    def __init__(self, model, model_config: dict, train_set: AVDataset, valid_set: AVDataset,
-                 cfg: TrainConfig, exp_dir: str | os.PathLike, device: str = "cpu"):
+    def __init__(
+        self,
+        model,
+        model_config: dict,
+        train_set: AVDataset,
+        valid_set: AVDataset,
+        cfg: TrainConfig,
+        exp_dir: str | os.PathLike,
+        device: str = "cpu",
+    ):
         self.cfg = cfg
         self.exp_dir = Path(exp_dir)
         self.world, self.rank, local = _dist_info()
@@ -129,22 +137,39 @@ class Trainer:
         self.model_config = model_config
         self.train_set, self.valid_set = train_set, valid_set
         lengths = [train_set.num_frames(i) for i in range(len(train_set))]
-        self.sampler = BucketBatchSampler(lengths, cfg.batch_frames, cfg.max_batch_size, shuffle=True,
-                                          seed=cfg.seed, num_replicas=self.world, rank=self.rank)
+        self.sampler = BucketBatchSampler(
+            lengths,
+            cfg.batch_frames,
+            cfg.max_batch_size,
+            shuffle=True,
+            seed=cfg.seed,
+            num_replicas=self.world,
+            rank=self.rank,
+        )
         vlen = [valid_set.num_frames(i) for i in range(len(valid_set))]
         self.valid_sampler = BucketBatchSampler(vlen, cfg.batch_frames, cfg.max_batch_size, shuffle=False)
-        self.loader = torch.utils.data.DataLoader(train_set, batch_sampler=self.sampler, collate_fn=collate,
-                                                  num_workers=cfg.num_workers,
-                                                  persistent_workers=cfg.num_workers > 0)
-        self.valid_loader = torch.utils.data.DataLoader(valid_set, batch_sampler=self.valid_sampler,
-                                                        collate_fn=collate)
-        self.ddp = (torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
-                    if self.world > 1 else self.model)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=cfg.betas,
-                                           weight_decay=cfg.weight_decay)
+        self.loader = torch.utils.data.DataLoader(
+            train_set,
+            batch_sampler=self.sampler,
+            collate_fn=collate,
+            num_workers=cfg.num_workers,
+            persistent_workers=cfg.num_workers > 0,
+        )
+        self.valid_loader = torch.utils.data.DataLoader(
+            valid_set, batch_sampler=self.valid_sampler, collate_fn=collate
+        )
+        self.ddp = (
+            torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
+            if self.world > 1
+            else self.model
+        )
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+        )
         self.total_steps = max(1, cfg.max_epoch * len(self.sampler) // cfg.accum_grad)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_lambda(s, cfg.warmup_steps, self.total_steps, cfg.final_lr_scale))
+            self.optimizer, lambda s: lr_lambda(s, cfg.warmup_steps, self.total_steps, cfg.final_lr_scale)
+        )
         self.epoch = 0
         self.step = 0
         self.amp = cfg.use_amp and self.device.type == "cuda"
@@ -168,7 +193,9 @@ class Trainer:
         return True
 
     def _to(self, batch: dict) -> dict:
-        return {k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()}
+        return {
+            k: v.to(self.device, non_blocking=True) if torch.is_tensor(v) else v for k, v in batch.items()
+        }
 
     def _forward(self, batch: dict, model) -> tuple[torch.Tensor, dict]:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
@@ -181,15 +208,22 @@ class Trainer:
         self.train_set.set_epoch(self.epoch)
         sums: dict[str, float] = {}
         n = 0
-        bar = tqdm(self.loader, desc=f"epoch {self.epoch + 1}/{self.cfg.max_epoch}", disable=not self.is_main,
-                   dynamic_ncols=True, mininterval=2.0)
+        bar = tqdm(
+            self.loader,
+            desc=f"epoch {self.epoch + 1}/{self.cfg.max_epoch}",
+            disable=not self.is_main,
+            dynamic_ncols=True,
+            mininterval=2.0,
+        )
         self.optimizer.zero_grad(set_to_none=True)
         for i, batch in enumerate(bar):
             batch = self._to(batch)
             loss, stats = self._forward(batch, self.ddp)
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite loss at epoch {self.epoch + 1}, step {self.step}: "
-                                         f"utterances {batch['utt_ids'][:4]}...")
+                raise FloatingPointError(
+                    f"non-finite loss at epoch {self.epoch + 1}, step {self.step}: "
+                    f"utterances {batch['utt_ids'][:4]}..."
+                )
             (loss / self.cfg.accum_grad).backward()
             if (i + 1) % self.cfg.accum_grad == 0:
                 if self.cfg.grad_clip > 0:
@@ -199,9 +233,13 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
                 if self.is_main and self.step % self.cfg.log_interval == 0:
-                    logger.info("epoch %d step %d lr %.2e %s", self.epoch + 1, self.step,
-                                self.scheduler.get_last_lr()[0],
-                                " ".join(f"{k} {v:.3f}" for k, v in stats.items()))
+                    logger.info(
+                        "epoch %d step %d lr %.2e %s",
+                        self.epoch + 1,
+                        self.step,
+                        self.scheduler.get_last_lr()[0],
+                        " ".join(f"{k} {v:.3f}" for k, v in stats.items()),
+                    )
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
             n += 1
@@ -228,9 +266,16 @@ class Trainer:
         model_state = self.model.state_dict()
         meta = {"model_config": self.model_config, "epoch": self.epoch, "step": self.step, "valid": valid}
         save_atomic({"model": model_state, **meta}, self.exp_dir / f"epoch{self.epoch}.pt")
-        save_atomic({"model": model_state, **meta, "optimizer": self.optimizer.state_dict(),
-                     "scheduler": self.scheduler.state_dict(), "rng_cpu": torch.get_rng_state()},
-                    self.exp_dir / "checkpoint.pt")
+        save_atomic(
+            {
+                "model": model_state,
+                **meta,
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "rng_cpu": torch.get_rng_state(),
+            },
+            self.exp_dir / "checkpoint.pt",
+        )
         for _, p in epoch_checkpoints(self.exp_dir)[: -self.cfg.keep_nbest]:
             p.unlink()
 
@@ -248,14 +293,23 @@ class Trainer:
             self.epoch += 1
             self.save(valid_stats)
             if self.is_main:
-                rec = {"epoch": self.epoch, "step": self.step, "time_s": round(time.time() - t0, 1),
-                       "lr": self.scheduler.get_last_lr()[0],
-                       "train": {k: round(v, 4) for k, v in train_stats.items()},
-                       "valid": {k: round(v, 4) for k, v in valid_stats.items()}}
+                rec = {
+                    "epoch": self.epoch,
+                    "step": self.step,
+                    "time_s": round(time.time() - t0, 1),
+                    "lr": self.scheduler.get_last_lr()[0],
+                    "train": {k: round(v, 4) for k, v in train_stats.items()},
+                    "valid": {k: round(v, 4) for k, v in valid_stats.items()},
+                }
                 with open(log_path, "a", encoding="utf-8") as f:
                     f.write(json.dumps(rec) + "\n")
-                logger.info("epoch %d done in %.1f s: train %s | valid %s", self.epoch, rec["time_s"],
-                            rec["train"], rec["valid"])
+                logger.info(
+                    "epoch %d done in %.1f s: train %s | valid %s",
+                    self.epoch,
+                    rec["time_s"],
+                    rec["train"],
+                    rec["valid"],
+                )
 
 
 def build_noise(path: str | None, cfg: TrainConfig) -> NoiseConfig | None:

@@ -1,0 +1,35 @@
+"""avsr: audio-visual speech recognition with an AV-HuBERT-style encoder.
+
+The public classes are loaded lazily (on first attribute access) so that ``import avsr`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> module defining it
+_LAZY = {
+    "AVHubertEncoder": "avsr.encoder",
+    "AVHubertEncoderConfig": "avsr.encoder",
+    "GradMultiply": "avsr.autograd",
+    "grad_multiply": "avsr.autograd",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    """Import ``name`` from its module on first use (PEP 562)."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'avsr' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """Module attributes plus the lazily loaded public names."""
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,183 @@
+"""Decode a test set under every modality and noise condition with joint CTC/attention beam search.
+
+For each modality (``audio``, ``video``, ``audiovisual``) and condition (``clean``, then ``<noise>_<snr>`` for
+each SNR when a noise file is given) the tool writes ``<out>/<test_set>/<modality>/<condition>/hyp`` and
+``ref`` (Kaldi text: ``<utt-id> WORDS``), each atomically; a condition whose ``hyp`` exists is skipped, so an
+interrupted decoding resumes. The noise segment and the SNR of an utterance are a function of its id, so
+every run decodes the same noisy audio. Video-only input does not depend on the audio noise: it is decoded
+once and its hypotheses are written for every condition.
+
+The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
+accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``.
+
+Usage: ``python -m avsr.bin.decode --exp-dir exp/x --data data/test --test-set test --decode-config
+conf/decode/default.yaml [--noise-file babble.wav --snrs 10 5 0 -5] --out exp/x/decode``
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from avsr.config import from_dict, load_yaml
+from avsr.data.datadir import read_datadir, write_kaldi_map
+from avsr.data.dataset import AVDataset, BucketBatchSampler, NoiseConfig, collate
+from avsr.data.noise import NoiseSource
+from avsr.data.tokenizer import Tokenizer
+from avsr.train.checkpoint import average_state_dicts, epoch_checkpoints, load_checkpoint
+
+logger = logging.getLogger("avsr.decode")
+
+#: model inputs used by each decoding modality.
+MODALITY_INPUTS = {"audio": ("audio",), "video": ("video",), "audiovisual": ("audio", "video")}
+
+
+def select_checkpoints(exp_dir: Path, nbest: int) -> list[Path]:
+    """The ``nbest`` epoch checkpoints of ``exp_dir`` with the highest validation accuracy.
+
+    Raises:
+        FileNotFoundError: ``exp_dir`` holds no ``epoch<N>.pt``.
+    """
+    found = epoch_checkpoints(exp_dir)
+    if not found:
+        raise FileNotFoundError(f"no epoch<N>.pt checkpoint in {exp_dir}: run the training stage first")
+    scored = []
+    for n, p in found:
+        valid = load_checkpoint(p).get("valid") or {}
+        scored.append((float(valid.get("acc", n)), n, p))
+    scored.sort(reverse=True)
+    return sorted(p for _, _, p in scored[:nbest])
+
+
+def load_model(exp_dir: Path, checkpoint: Path | None, nbest: int, device: torch.device):
+    """Build the model from its checkpoint's ``model_config`` and load (averaged) weights, in eval mode."""
+    from avsr.models.asr import AVSRModel
+
+    paths = [checkpoint] if checkpoint else select_checkpoints(exp_dir, nbest)
+    logger.info("model from %s", ", ".join(p.name for p in paths))
+    first = load_checkpoint(paths[0])
+    model = AVSRModel.from_config(first["model_config"])
+    model.load_state_dict(average_state_dicts(paths) if len(paths) > 1 else first["model"])
+    return model.to(device).eval()
+
+
+def write_text_atomic(path: Path, mapping: dict[str, str]) -> None:
+    """Kaldi text file, sorted by key, written through a temporary file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_kaldi_map(path, mapping)
+
+
+@torch.no_grad()
+def decode_dataset(
+    model,
+    dataset: AVDataset,
+    modality: str,
+    tokenizer: Tokenizer,
+    decode_cfg,
+    batch_frames: int,
+    device: torch.device,
+    desc: str,
+) -> dict[str, str]:
+    """Hypotheses (utt-id -> words) for every utterance of ``dataset``, fed through ``modality``'s inputs.
+
+    Batches are length-bucketed (at most ``batch_frames`` padded frames); the beam search runs batched over
+    the utterances of a batch.
+    """
+    lengths = [dataset.num_frames(i) for i in range(len(dataset))]
+    sampler = BucketBatchSampler(lengths, batch_frames, shuffle=False)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
+    use = MODALITY_INPUTS[modality]
+    hyps: dict[str, str] = {}
+    for batch in tqdm(loader, desc=desc, dynamic_ncols=True, mininterval=2.0):
+        audio = batch["audio"].to(device) if "audio" in use else None
+        video = batch["video"].to(device) if "video" in use else None
+        token_ids = model.decode(audio, video, batch["lengths"].to(device), decode_cfg)
+        for utt_id, ids in zip(batch["utt_ids"], token_ids):
+            hyps[utt_id] = tokenizer.decode(list(ids))
+    return hyps
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point (see the module docstring)."""
+    from avsr.decode.beam_search import DecodeConfig
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--exp-dir", required=True, type=Path)
+    p.add_argument("--data", required=True, type=Path, help="test data dir")
+    p.add_argument("--test-set", default=None, help="name in the results (default: data dir name)")
+    p.add_argument("--decode-config", required=True, type=Path)
+    p.add_argument("--bpemodel", type=Path, default=None, help="default: <exp-dir>/bpe.model")
+    p.add_argument("--checkpoint", type=Path, default=None, help="decode this checkpoint, no averaging")
+    p.add_argument("--average-nbest", type=int, default=5)
+    p.add_argument("--modalities", nargs="+", default=list(MODALITY_INPUTS), choices=list(MODALITY_INPUTS))
+    p.add_argument("--noise-file", type=Path, default=None)
+    p.add_argument("--noise-name", default="babble")
+    p.add_argument("--snrs", nargs="*", type=float, default=[10.0, 5.0, 0.0, -5.0])
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--batch-frames", type=int, default=3000)
+    p.add_argument("--ngpu", type=int, default=0)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+    device = torch.device("cuda" if args.ngpu > 0 else "cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--ngpu > 0 but CUDA is not available")
+    decode_cfg = from_dict(DecodeConfig, load_yaml(args.decode_config), where=str(args.decode_config))
+    tokenizer = Tokenizer(args.bpemodel or args.exp_dir / "bpe.model")
+    test_set = args.test_set or args.data.name
+    utts = read_datadir(args.data)
+    refs = {u.utt_id: u.text for u in utts}
+
+    conditions: list[tuple[str, NoiseConfig | None]] = [("clean", None)]
+    if args.noise_file is not None:
+        source = NoiseSource(args.noise_file)
+        for snr in args.snrs:
+            name = f"{args.noise_name}_{snr:g}"
+            conditions.append((name, NoiseConfig(source, prob=1.0, snr_db=[snr], fixed=True)))
+
+    model = None
+    for modality in args.modalities:
+        video_hyps: dict[str, str] | None = None
+        for cond, noise in conditions:
+            out_dir = args.out / test_set / modality / cond
+            if (out_dir / "hyp").is_file():
+                logger.info("%s exists, skipping", out_dir / "hyp")
+                continue
+            if modality == "video" and video_hyps is not None:
+                hyps = video_hyps
+            else:
+                if model is None:
+                    model = load_model(args.exp_dir, args.checkpoint, args.average_nbest, device)
+                inputs = [m for m in ("audio", "video") if m in MODALITY_INPUTS[modality]]
+                dataset = AVDataset(
+                    utts, None, modalities=inputs, noise=noise if "audio" in inputs else None, cache=False
+                )
+                t0 = time.time()
+                hyps = decode_dataset(
+                    model,
+                    dataset,
+                    modality,
+                    tokenizer,
+                    decode_cfg,
+                    args.batch_frames,
+                    device,
+                    desc=f"{test_set}/{modality}/{cond}",
+                )
+                logger.info(
+                    "%s/%s/%s: %d utterances in %.1f s", test_set, modality, cond, len(hyps), time.time() - t0
+                )
+                if modality == "video":
+                    video_hyps = hyps
+            write_text_atomic(out_dir / "ref", refs)
+            write_text_atomic(out_dir / "hyp", hyps)
+    logger.info("decoding written under %s", os.fspath(args.out / test_set))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""Score a decode dir: WER per test set x modality x noise condition -> results.json, RESULTS.md, plot.
+
+Layout read (written by ``python -m avsr.bin.decode``)::
+
+    DECODE_DIR/<test_set>/<modality>/<condition>/{hyp|text|hyp.trn, ref|ref.trn}
+
+with ``<modality>`` in audio, video, audiovisual and ``<condition>`` ``clean`` or ``<noise>_<snr_db>``
+(``babble_-5``); ``hyp``/``text``/``ref`` are Kaldi text files (``<utt-id> WORDS``), ``*.trn`` sclite trn
+files (``WORDS (<utt-id>)``). See :mod:`avsr.decode.scoring`.
+
+Writes ``OUT/results.json``, ``OUT/RESULTS.md`` and ``OUT/wer_vs_snr.png`` (atomically), prints the WER table,
+and prints the path of ``results.json`` as its last line. Exit status 1 with a message naming the file,
+directory or utterance on bad input.
+
+Usage: ``python -m avsr.bin.score --decode-dir exp/x/decode --out exp/x [--notes "model: ..."]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from avsr.decode.scoring import ScoringError, collect_decode_dir, write_results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring). Returns the exit status."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--decode-dir", required=True, type=Path, help="DIR/<test_set>/<modality>/<condition>/")
+    p.add_argument("--out", required=True, type=Path, help="directory for results.json, RESULTS.md, plot")
+    p.add_argument("--notes", default="", help="free text for the environment section of RESULTS.md")
+    p.add_argument("--title", default="Results", help="heading of RESULTS.md")
+    args = p.parse_args(argv)
+    try:
+        rows = collect_decode_dir(args.decode_dir)
+        path = write_results(args.out, rows, notes=args.notes, title=args.title)
+    except ScoringError as e:
+        print(f"avsr.bin.score: error: {e}", file=sys.stderr)
+        return 1
+    for r in rows:
+        snr = "" if r["snr_db"] is None else f"{r['snr_db']:g} dB"
+        print(
+            f"{r['test_set']:<12} {r['modality']:<12} {r['noise']:<8} {snr:>7}  WER {r['wer']:6.2f}%  "
+            f"({r['num_words']} words, {r['num_utts']} utts)"
+        )
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

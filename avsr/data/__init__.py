@@ -1,0 +1,1 @@
+"""Data: corpora, data dirs, media I/O, datasets and batching."""

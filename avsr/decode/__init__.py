@@ -1,0 +1,21 @@
+"""Decoding: batched joint CTC/attention beam search, CTC prefix scoring, greedy CTC; scoring (WER) lives in
+:mod:`avsr.decode.scoring` (imported on demand: it needs jiwer and matplotlib)."""
+
+from avsr.decode.beam_search import (
+    DecodeConfig,
+    Hypothesis,
+    batch_beam_search,
+    ctc_greedy_decode,
+    load_decode_config,
+)
+from avsr.decode.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
+
+__all__ = [
+    "CTCPrefixScorer",
+    "CTCPrefixState",
+    "DecodeConfig",
+    "Hypothesis",
+    "batch_beam_search",
+    "ctc_greedy_decode",
+    "load_decode_config",
+]

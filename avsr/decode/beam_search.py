@@ -1,0 +1,322 @@
+"""Batched joint CTC/attention beam search, and greedy CTC decoding.
+
+Hybrid decoding of Watanabe et al. (2017), "Hybrid CTC/attention architecture for end-to-end speech
+recognition", Sec. III-B (one-pass rescoring with CTC prefix scores), organised as ESPnet's
+``BatchBeamSearch`` with ``CTCPrefixScorer`` (``espnet/nets/batch_beam_search.py``, ``beam_search.py``):
+
+* every hypothesis ``h`` carries ``score(h) = (1 - ctc_weight) * log p_att(h) + ctc_weight * log psi_ctc(h)
+  + penalty * len(h)`` (``len`` counts ``eos``; ``penalty`` is ESPnet's length bonus);
+* one step extends all ``B * beam_size`` running hypotheses of all ``B`` utterances at once: the cached
+  decoder scores the next token of every row, the CTC prefix scorer scores either all tokens (full
+  scoring) or the ``int(pre_beam_ratio * beam_size)`` best tokens of the attention decoder plus ``eos``
+  (partial scoring, ESPnet's pre-beam), and the ``beam_size`` best extensions per utterance are kept;
+* extensions ending in ``eos`` move to the utterance's ended hypotheses (the live beam shrinks for that
+  step, as in ESPnet); an utterance stops when it has no live hypothesis, when it reaches its maximum
+  length, or -- with ``maxlenratio == 0`` -- by ESPnet's ``end_detect`` (the best ended hypotheses of the
+  last 3 lengths all scored more than 10 nats below the best one); finished utterances are dropped from
+  the batch.
+
+Differences from ESPnet, all documented on :class:`DecodeConfig`: a hypothesis that reaches the maximum
+length gets the score of ``eos`` (ESPnet appends ``eos`` unscored); hypotheses shorter than the minimum
+length cannot take ``eos`` (ESPnet drops them after the fact); blank is never emitted, even with
+``ctc_weight == 0``; partial scoring always scores ``eos`` too.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from avsr.config import from_dict, load_yaml
+from avsr.decode.ctc_prefix_score import CTCPrefixScorer
+from avsr.nn.decoder import TransformerDecoder
+
+__all__ = ["DecodeConfig", "Hypothesis", "batch_beam_search", "ctc_greedy_decode", "load_decode_config"]
+
+NEG_INF = float("-inf")
+END_DETECT_M = 3  # ESPnet end_detect: number of recent lengths checked
+END_DETECT_D = -10.0  # ESPnet end_detect: log(1 * exp(-10))
+
+
+@dataclass
+class DecodeConfig:
+    """Options of :func:`batch_beam_search` (ESPnet ``asr_inference`` names).
+
+    Attributes:
+        beam_size: hypotheses kept per utterance.
+        ctc_weight: weight of the CTC prefix score; 1.0 = CTC prefix search alone (no decoder needed),
+            0.0 = attention alone (no CTC head needed).
+        penalty: length bonus added per emitted token (``eos`` included).
+        maxlenratio: maximum output length: 0 -> the encoder length ``T`` (and end detection is on);
+            > 0 -> ``max(1, int(maxlenratio * T))``; < 0 -> ``-int(maxlenratio)`` tokens.
+        minlenratio: minimum output length ``int(minlenratio * T)``; ``eos`` is refused before it.
+        nbest: hypotheses returned per utterance (at most ``beam_size``).
+        ctc_scoring: "partial" (CTC scores the pre-beam of the attention decoder, plus eos) or "full"
+            (the whole vocabulary). CTC-only decoding always scores the whole vocabulary.
+        pre_beam_ratio: pre-beam size = ``int(pre_beam_ratio * beam_size)`` for partial scoring.
+
+    Raises:
+        ValueError: a value out of range (named).
+    """
+
+    beam_size: int = 10
+    ctc_weight: float = 0.3
+    penalty: float = 0.0
+    maxlenratio: float = 0.0
+    minlenratio: float = 0.0
+    nbest: int = 1
+    ctc_scoring: str = "partial"
+    pre_beam_ratio: float = 1.5
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if not 0.0 <= self.ctc_weight <= 1.0:
+            raise ValueError(f"ctc_weight must lie in [0, 1], got {self.ctc_weight}")
+        if not 1 <= self.nbest <= self.beam_size:
+            raise ValueError(f"nbest must lie in [1, beam_size={self.beam_size}], got {self.nbest}")
+        if self.minlenratio < 0:
+            raise ValueError(f"minlenratio must be >= 0, got {self.minlenratio}")
+        if self.ctc_scoring not in ("partial", "full"):
+            raise ValueError(f"ctc_scoring must be 'partial' or 'full', got {self.ctc_scoring!r}")
+        if self.pre_beam_ratio <= 0:
+            raise ValueError(f"pre_beam_ratio must be > 0, got {self.pre_beam_ratio}")
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike, **overrides) -> DecodeConfig:
+        """Read a ``conf/decode/*.yaml`` file (its top level holds the fields); ``overrides`` win.
+
+        Raises:
+            avsr.config.ConfigError: missing/invalid file, unknown key (named with the file), bad value.
+        """
+        return from_dict(cls, {**load_yaml(path), **overrides}, str(path))
+
+
+@dataclass
+class Hypothesis:
+    """One decoded hypothesis.
+
+    Attributes:
+        tokens: token ids without sos/eos (never blank).
+        score: total score (log domain, weighted as in :class:`DecodeConfig`, length bonus included).
+        att_score: ``log p_att(tokens + eos)`` (0 when the decoder is not used).
+        ctc_score: ``log p_ctc(tokens)`` (0 when CTC is not used).
+    """
+
+    tokens: list[int]
+    score: float
+    att_score: float
+    ctc_score: float
+
+
+def _max_min_lengths(lens: Tensor, cfg: DecodeConfig) -> tuple[Tensor, Tensor]:
+    """Per-utterance maximum and minimum output lengths ``(B,)`` int64 (ESPnet's rules)."""
+    if cfg.maxlenratio == 0:
+        maxlen = lens.clone()
+    elif cfg.maxlenratio < 0:
+        maxlen = torch.full_like(lens, -int(cfg.maxlenratio))
+    else:
+        maxlen = (cfg.maxlenratio * lens.double()).long().clamp(min=1)
+    return maxlen, (cfg.minlenratio * lens.double()).long()
+
+
+def _end_detect(best_by_len: Tensor, i: int) -> Tensor:
+    """ESPnet ``end_detect`` per utterance: True where, for each of the last ``M`` lengths checked at step
+    ``i`` (ESPnet's ``len(yseq) in {i, i-1, i-2}``, i.e. ``i-2 .. i-4`` tokens), some hypothesis ended with
+    a score more than ``|D|`` below the best ended one. ``best_by_len``: ``(B, L)``; returns ``(B,)`` bool."""
+    best = best_by_len.max(dim=1).values
+    count = torch.zeros_like(best, dtype=torch.long)
+    for m in range(END_DETECT_M):
+        length = i - m - 2
+        if 0 <= length < best_by_len.size(1):
+            at = best_by_len[:, length]
+            count += (at.isfinite() & (at - best < END_DETECT_D)).long()
+    return count == END_DETECT_M
+
+
+@torch.no_grad()
+def batch_beam_search(
+    memory: Tensor,
+    memory_lens: Tensor,
+    config: DecodeConfig,
+    *,
+    decoder: TransformerDecoder | None,
+    ctc_logp: Tensor | None,
+    sos: int,
+    eos: int,
+    blank: int = 0,
+) -> list[list[Hypothesis]]:
+    """Joint CTC/attention beam search over a batch of utterances.
+
+    Args:
+        memory: ``(B, T, D)`` encoder output (the decoder's cross-attention input).
+        memory_lens: ``(B,)`` int64 valid frames per utterance, each in ``1..T``.
+        config: search options.
+        decoder: the attention decoder (put in eval mode by the caller); None only when
+            ``config.ctc_weight == 1``.
+        ctc_logp: ``(B, T, V)`` CTC log-probabilities; None only when ``config.ctc_weight == 0``.
+        sos, eos, blank: token ids (``sos == eos == V - 1`` and ``blank == 0`` in avsr).
+
+    Returns:
+        For each utterance, up to ``config.nbest`` hypotheses, best first. An utterance whose hypotheses
+        all became impossible (score ``-inf``) gets an empty list and a :class:`RuntimeWarning`.
+
+    Raises:
+        ValueError: a scorer needed by ``ctc_weight`` is missing, or shapes disagree.
+    """
+    w = config.ctc_weight
+    use_att, use_ctc = w < 1.0, w > 0.0
+    if use_att and decoder is None:
+        raise ValueError(f"ctc_weight={w} < 1 needs an attention decoder, but the model has none")
+    if use_ctc and ctc_logp is None:
+        raise ValueError(f"ctc_weight={w} > 0 needs a CTC head, but the model has none")
+    bsz, t_max = memory.shape[:2]
+    if memory_lens.shape != (bsz,):
+        raise ValueError(f"memory_lens must be ({bsz},), got {tuple(memory_lens.shape)}")
+    vocab = decoder.vocab_size if use_att else ctc_logp.size(-1)
+    if use_ctc and ctc_logp.shape != (bsz, t_max, vocab):
+        raise ValueError(f"ctc_logp must be ({bsz}, {t_max}, {vocab}), got {tuple(ctc_logp.shape)}")
+    device = memory.device
+    k = config.beam_size
+    lens = memory_lens.to(device, torch.long)
+    maxlen, minlen = _max_min_lengths(lens, config)
+    pre_beam = int(config.pre_beam_ratio * k)
+    partial = use_att and use_ctc and config.ctc_scoring == "partial" and pre_beam < vocab - 1
+
+    mask = torch.arange(t_max, device=device)[None, :] < lens[:, None]
+    dec_state = decoder.init_state(memory, mask, group=k) if use_att else None
+    ctc = CTCPrefixScorer(ctc_logp, lens, group=k, blank=blank, eos=eos) if use_ctc else None
+    ctc_state = ctc.init_state() if use_ctc else None
+
+    n = bsz * k
+    score = torch.zeros(bsz, k, device=device)
+    score[:, 1:] = NEG_INF  # all beams start as the same empty hypothesis: keep one
+    score = score.view(n)
+    att_cum = torch.zeros(n, device=device)
+    ctc_cum = torch.zeros(n, device=device)
+    yseq = torch.full((n, 1), sos, dtype=torch.long, device=device)
+    utt_ids = torch.arange(bsz, device=device)  # original index of each utterance still searched
+    best_by_len = torch.full((bsz, int(maxlen.max()) + 1), NEG_INF, device=device)
+    ended: list[list[Hypothesis]] = [[] for _ in range(bsz)]
+    all_tokens = torch.arange(vocab, device=device)
+
+    i = 0
+    while utt_ids.numel() > 0:
+        b = utt_ids.numel()
+        n = b * k
+        if use_att:
+            att, dec_state = decoder.step(yseq[:, -1], dec_state)
+        else:
+            att = torch.zeros(n, vocab, device=device)
+        if partial:  # pre-beam from the attention scores, plus eos
+            ids = att.masked_fill((all_tokens == eos) | (all_tokens == blank), NEG_INF).topk(pre_beam).indices
+            ids = torch.cat([ids, ids.new_full((n, 1), eos)], dim=1)
+        else:
+            ids = all_tokens.expand(n, -1)
+        att_c = att.gather(1, ids) if partial else att
+        if use_ctc:
+            psi = ctc.score(ctc_state, ids if partial else None)
+            ctc_c = psi - ctc_state.psi[:, None]
+        else:
+            psi = ctc_c = torch.zeros_like(att_c)
+        cand = (1.0 - w) * att_c + w * ctc_c + config.penalty
+        is_eos = ids == eos
+        rows_utt = torch.arange(n, device=device) // k
+        refuse = (ids == blank) & (blank != eos)
+        refuse |= is_eos & (i < minlen)[rows_utt, None]
+        refuse |= ~is_eos & (i >= maxlen)[rows_utt, None]
+        refuse |= ~score.isfinite()[:, None]
+        total = (score[:, None] + cand).masked_fill(refuse, NEG_INF)
+
+        c = total.size(1)
+        top, idx = total.view(b, k * c).topk(k, dim=1)
+        parent = (idx // c + torch.arange(b, device=device)[:, None] * k).view(-1)
+        col = (idx % c).view(-1)
+        token = ids[parent, col]
+        score = top.view(-1)
+        att_cum = att_cum[parent] + att_c[parent, col]
+        ctc_cum = ctc_cum[parent] + ctc_c[parent, col]
+        yseq = torch.cat([yseq[parent], token[:, None]], dim=1)
+
+        done_rows = (token == eos) & score.isfinite()
+        if bool(done_rows.any()):
+            rows = done_rows.nonzero().squeeze(1)
+            best_by_len[:, i].scatter_reduce_(0, rows // k, score[rows], reduce="amax")
+            for u, s, a, cs, seq in zip(
+                utt_ids[rows // k].tolist(),
+                score[rows].tolist(),
+                att_cum[rows].tolist(),
+                ctc_cum[rows].tolist(),
+                yseq[rows, 1:-1].tolist(),
+            ):
+                ended[u].append(Hypothesis(seq, s, a, cs))
+        score = score.masked_fill(token == eos, NEG_INF)
+        if use_att:
+            dec_state = dec_state.select(parent)
+        if use_ctc:
+            ctc_state = ctc.extend(ctc_state, parent, token, psi[parent, col])
+
+        done = ~score.view(b, k).isfinite().any(dim=1) | (i >= maxlen)
+        if config.maxlenratio == 0:
+            done |= _end_detect(best_by_len, i)
+        i += 1
+        if bool(done.any()):
+            keep = (~done).nonzero().squeeze(1)
+            rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
+            score, att_cum, ctc_cum, yseq = score[rows], att_cum[rows], ctc_cum[rows], yseq[rows]
+            utt_ids, maxlen, minlen, best_by_len = (
+                utt_ids[keep],
+                maxlen[keep],
+                minlen[keep],
+                best_by_len[keep],
+            )
+            if use_att:
+                dec_state = dec_state.select(rows, keep)
+            if use_ctc:
+                ctc, ctc_state = ctc.select(keep), ctc_state.select(rows)
+
+    results = []
+    for u, hyps in enumerate(ended):
+        if not hyps:
+            warnings.warn(
+                f"beam search: utterance {u} of the batch ended with no finite-score hypothesis",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        results.append(sorted(hyps, key=lambda h: -h.score)[: config.nbest])
+    return results
+
+
+def ctc_greedy_decode(logp: Tensor, lengths: Tensor, blank: int = 0) -> list[list[int]]:
+    """Best-path CTC decoding: frame-wise argmax, repeats merged, blanks removed.
+
+    Source: Graves et al. (2006), Sec. 3.2 (best path decoding).
+
+    Args:
+        logp: ``(B, T, V)`` CTC (log-)probabilities or logits.
+        lengths: ``(B,)`` valid frames per utterance.
+        blank: blank id.
+
+    Returns:
+        Token ids per utterance.
+    """
+    best = logp.argmax(dim=-1)  # (B, T)
+    t = torch.arange(best.size(1), device=best.device)
+    prev = torch.cat([best.new_full((best.size(0), 1), -1), best[:, :-1]], dim=1)
+    keep = (best != blank) & (best != prev) & (t[None, :] < lengths.to(best.device)[:, None])
+    return [row[m].tolist() for row, m in zip(best, keep)]
+
+
+def load_decode_config(path: str | os.PathLike | None = None, **overrides) -> DecodeConfig:
+    """:meth:`DecodeConfig.from_yaml`, or the defaults with ``overrides`` when ``path`` is None.
+
+    Raises:
+        avsr.config.ConfigError: as :meth:`DecodeConfig.from_yaml` (unknown key or bad value, named).
+    """
+    if path is not None:
+        return DecodeConfig.from_yaml(path, **overrides)
+    return from_dict(DecodeConfig, overrides, "decode options")

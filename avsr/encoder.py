@@ -1,0 +1,407 @@
+"""AV-HuBERT encoder: audio and video front-ends, fusion, and the transformer encoder.
+
+Follows ``AVHubertModel`` in ``avhubert/hubert.py`` of facebookresearch/av_hubert (Shi et al., "Learning
+Audio-Visual Speech Representation by Masked Multimodal Cluster Prediction", ICLR 2022, Sec. 3 and
+Appendix A; Shi et al., "Robust Self-Supervised Audio-Visual Speech Recognition", 2022), with the interface
+of ESPnet's ``FairseqAVHubertEncoder`` (an ``AbsEncoder``)::
+
+    audio (B, 104, T) --feature_extractor_audio.proj--> (B, D, T) --GradMultiply--+
+                                                                                 +-- concat|add
+    video (B, 1, T, H, W) --feature_extractor_video--> (B, D, T) --GradMultiply--+   (B, T, 2D|D)
+      -> layer_norm -> post_extract_proj (concat only) -> dropout_input -> encoder -> (B, T, D)
+
+Module attribute names are the original's, so the state dict of :class:`AVHubertEncoder` maps 1:1 onto the
+encoder part of an official AV-HuBERT checkpoint (``feature_extractor_audio.proj.weight``,
+``feature_extractor_video.resnet.trunk.layer1.0.conv1.weight``, ``layer_norm.weight``,
+``post_extract_proj.weight``, ``encoder.pos_conv.0.weight_g``, ``encoder.layers.0.self_attn.q_proj.weight``,
+``encoder.layer_norm.weight``, ...). Pretraining-only parameters (``mask_emb``, ``final_proj``,
+``label_embs_concat``) belong to the pretraining model, not here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from avsr.autograd import grad_multiply
+from avsr.config import ConfigError, from_dict, load_yaml
+from avsr.nn.resnet import RESNET_RELU_TYPES, VideoFrontEnd
+from avsr.nn.transformer import ACTIVATIONS, TransformerEncoder
+
+__all__ = ["AVHubertEncoderConfig", "AVHubertEncoder", "AudioFrontEnd", "AVEmbedding", "MODALITY_FUSIONS"]
+
+MODALITY_FUSIONS = ("concat", "add")
+
+
+@dataclass
+class AVHubertEncoderConfig:
+    """Hyper-parameters of :class:`AVHubertEncoder`; names and defaults are AV-HuBERT BASE's.
+
+    Defaults are the published BASE pretraining configuration (``avhubert/conf/pretrain/base_*_iter5.yaml``
+    over ``AVHubertConfig``): 12 layers, D=768, FFN 3072, 12 heads, pre-LN, ``feature_grad_mult`` 0.1,
+    modality dropout 0.5 / audio dropout 0.5, layerdrop 0.05. The published fine-tuning configurations
+    override ``dropout: 0.0, attention_dropout: 0.0, activation_dropout: 0.1, encoder_layerdrop: 0.1,
+    feature_grad_mult: 1.0`` (and the original applies no modality dropout when fine-tuning).
+
+    Fields (probabilities are in [0, 1]):
+        encoder_layers, encoder_embed_dim, encoder_ffn_embed_dim, encoder_attention_heads: transformer size.
+        layer_norm_first: pre-LN layers and a final LayerNorm (True, as BASE and LARGE) or post-LN.
+        activation_fn: FFN activation, a fairseq name (``gelu``, ``relu``, ``gelu_accurate``, ...).
+        feature_grad_mult: gradient factor on both front-ends' outputs; 0 runs them under ``no_grad``.
+        dropout: transformer dropout (after pos-conv addition, attention output and FFN output).
+        attention_dropout, activation_dropout: on attention weights / after the FFN activation.
+        encoder_layerdrop: probability of skipping each transformer layer in training.
+        dropout_input: dropout after ``post_extract_proj``.
+        dropout_features: accepted for compatibility with AV-HuBERT configs; as in the original it does not
+            change the encoder output (the original applies it to a copy of the features that is unused).
+        conv_pos, conv_pos_groups: kernel size and groups of the convolutional positional embedding.
+        modality_fuse: ``concat`` (fused dim 2D, then ``post_extract_proj`` to D) or ``add`` (fused dim D,
+            no ``post_extract_proj``, as the original).
+        modality_dropout: per utterance in training, probability of dropping one modality (features
+            zeroed); the dropped one is audio with probability ``audio_dropout``, else video.
+        audio_feat_dim: input audio feature dim (104 = 26 log filterbanks x 4 stacked frames).
+        resnet_relu_type: ``prelu`` or ``relu`` in the video ResNet.
+        resnet_widths: the 4 stage widths of the video ResNet (stem channels = first); [64, 128, 256, 512]
+            is ResNet-18 as the original.
+    """
+
+    encoder_layers: int = 12
+    encoder_embed_dim: int = 768
+    encoder_ffn_embed_dim: int = 3072
+    encoder_attention_heads: int = 12
+    layer_norm_first: bool = True
+    activation_fn: str = "gelu"
+    feature_grad_mult: float = 0.1
+    dropout: float = 0.1
+    dropout_input: float = 0.1
+    dropout_features: float = 0.1
+    attention_dropout: float = 0.1
+    activation_dropout: float = 0.0
+    encoder_layerdrop: float = 0.05
+    conv_pos: int = 128
+    conv_pos_groups: int = 16
+    modality_fuse: str = "concat"
+    modality_dropout: float = 0.5
+    audio_dropout: float = 0.5
+    audio_feat_dim: int = 104
+    resnet_relu_type: str = "prelu"
+    resnet_widths: list[int] = field(default_factory=lambda: [64, 128, 256, 512])
+
+    def __post_init__(self) -> None:
+        """Check values. Raises :class:`avsr.config.ConfigError` naming the offending key."""
+        for name in ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
+                     "encoder_attention_heads", "conv_pos", "conv_pos_groups", "audio_feat_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("dropout", "dropout_input", "dropout_features", "attention_dropout",
+                     "activation_dropout", "encoder_layerdrop", "modality_dropout", "audio_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise ConfigError(f"{name} must be a probability in [0, 1], got {value!r}")
+        if not isinstance(self.feature_grad_mult, (int, float)) or self.feature_grad_mult < 0:
+            raise ConfigError(f"feature_grad_mult must be a number >= 0, got {self.feature_grad_mult!r}")
+        if self.modality_fuse not in MODALITY_FUSIONS:
+            raise ConfigError(f"modality_fuse must be one of {MODALITY_FUSIONS}, got {self.modality_fuse!r}")
+        if self.resnet_relu_type not in RESNET_RELU_TYPES:
+            raise ConfigError(
+                f"resnet_relu_type must be one of {RESNET_RELU_TYPES}, got {self.resnet_relu_type!r}"
+            )
+        if self.activation_fn not in ACTIVATIONS:
+            raise ConfigError(
+                f"activation_fn must be one of {sorted(ACTIVATIONS)}, got {self.activation_fn!r}"
+            )
+        widths = list(self.resnet_widths)
+        if len(widths) != 4 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
+            raise ConfigError(
+                f"resnet_widths must be a list of 4 positive integers, got {self.resnet_widths!r}"
+            )
+        self.resnet_widths = widths
+        if self.encoder_embed_dim % self.encoder_attention_heads:
+            raise ConfigError(f"encoder_attention_heads ({self.encoder_attention_heads}) must divide "
+                              f"encoder_embed_dim ({self.encoder_embed_dim})")
+        if self.encoder_embed_dim % self.conv_pos_groups:
+            raise ConfigError(f"conv_pos_groups ({self.conv_pos_groups}) must divide "
+                              f"encoder_embed_dim ({self.encoder_embed_dim})")
+
+
+class AVEmbedding(NamedTuple):
+    """What :meth:`AVHubertEncoder.embed` returns (the transformer's input and friends).
+
+    Attributes:
+        x: ``(B, T, D)`` float, fused features after layer_norm, post_extract_proj and dropout_input.
+        padding_mask: ``(B, T)`` bool, True at padded frames, or None when no frame is padded.
+        olens: ``(B,)`` int64 valid frames per utterance (= ``ilens``; all T when ``ilens`` is None).
+        features_pen: scalar float32, mean square of the fused front-end features (AV-HuBERT's
+            ``features_pen`` extra loss term).
+    """
+
+    x: torch.Tensor
+    padding_mask: torch.Tensor | None
+    olens: torch.Tensor
+    features_pen: torch.Tensor
+
+
+class AudioFrontEnd(nn.Module):
+    """Audio feature extractor of AV-HuBERT (``feature_extractor_audio``): one Linear, ``proj``.
+
+    Input ``(B, audio_feat_dim, T)`` float (stacked log filterbanks at 25 Hz), output ``(B, embed_dim, T)``
+    (channels first, as the original ``SubModel``).
+    """
+
+    def __init__(self, audio_feat_dim: int, embed_dim: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(audio_feat_dim, embed_dim)
+
+    def forward(self, audio: torch.Tensor) -> torch.Tensor:
+        """``(B, F, T) -> (B, D, T)``."""
+        return self.proj(audio.transpose(1, 2)).transpose(1, 2)
+
+
+class AVHubertEncoder(nn.Module):
+    """The AV-HuBERT encoder with ESPnet's ``AbsEncoder`` interface.
+
+    Construct ESPnet-style with the options of :class:`AVHubertEncoderConfig` as keywords
+    (``AVHubertEncoder(**encoder_conf)``), from a config object (``AVHubertEncoder(config=cfg)``) or from a
+    YAML file (:meth:`from_yaml`).
+
+    Inputs: ``xs_pad = {"audio": (B, audio_feat_dim, T) float or None, "video": (B, 1, T, H, W) float or
+    None}`` at 25 frames/s (video: normalised grey mouth crops, 88x88 for the published models), zero-padded
+    after each utterance's end; ``ilens`` ``(B,)`` int64, valid frames per utterance. A missing modality is
+    fed as zeros after its front-end (as AV-HuBERT's ``extract_finetune``), so one model handles
+    audio-only, video-only and audio-visual input.
+
+    Behaviour in training (``model.train()``): dropouts, layerdrop, and per-utterance modality dropout when
+    both modalities are given. In eval mode the output on an utterance's valid frames does not depend on
+    the other utterances of the batch or on the padding. Before the video front-end, padded video frames
+    are set to zero, so that the 5-frame temporal kernel of the 3-D stem sees zeros past the end whatever
+    the padding value was. As in the original, in training the video front-end's BatchNorm statistics
+    include the padded (zeroed) frames, and a layer skipped by layerdrop gets no gradient (use
+    ``find_unused_parameters=True`` with DistributedDataParallel when ``encoder_layerdrop > 0``).
+
+    Methods: :meth:`forward` (ESPnet ``(hidden, olens, None)``), :meth:`extract_layer_outputs` (every
+    transformer layer's output, for clustering or probing), :meth:`embed` (the transformer's input, for a
+    pretraining model), :meth:`output_size`, :meth:`from_yaml`.
+
+    Raises:
+        avsr.config.ConfigError: unknown option (named), bad option value, or both ``config`` and keywords.
+    """
+
+    def __init__(self, config: AVHubertEncoderConfig | None = None, **encoder_conf: Any) -> None:
+        super().__init__()
+        if config is None:
+            config = from_dict(AVHubertEncoderConfig, encoder_conf, "AVHubertEncoder encoder_conf")
+        elif encoder_conf:
+            raise ConfigError("AVHubertEncoder: give either config=... or keyword options, not both "
+                              f"(got keywords {sorted(encoder_conf)})")
+        self.config = config
+        d = config.encoder_embed_dim
+        self.feature_extractor_audio = AudioFrontEnd(config.audio_feat_dim, d)
+        self.feature_extractor_video = VideoFrontEnd(d, config.resnet_widths, config.resnet_relu_type)
+        self.embed_dim = 2 * d if config.modality_fuse == "concat" else d
+        self.layer_norm = nn.LayerNorm(self.embed_dim)
+        self.post_extract_proj = nn.Linear(self.embed_dim, d) if self.embed_dim != d else None
+        self.dropout_input = nn.Dropout(config.dropout_input)
+        self.encoder = TransformerEncoder(
+            embed_dim=d,
+            ffn_embed_dim=config.encoder_ffn_embed_dim,
+            num_layers=config.encoder_layers,
+            num_heads=config.encoder_attention_heads,
+            dropout=config.dropout,
+            attention_dropout=config.attention_dropout,
+            activation_dropout=config.activation_dropout,
+            layerdrop=config.encoder_layerdrop,
+            conv_pos=config.conv_pos,
+            conv_pos_groups=config.conv_pos_groups,
+            activation_fn=config.activation_fn,
+            layer_norm_first=config.layer_norm_first,
+        )
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike, **overrides: Any) -> AVHubertEncoder:
+        """Build from a YAML file whose top level, or whose ``encoder_conf`` key, holds the options.
+
+        When the file has an ``encoder_conf`` mapping, only that mapping is read (sibling keys such as
+        ``encoder:`` or ``decoder_conf:`` belong to other components). ``overrides`` replace file values.
+
+        Raises:
+            avsr.config.ConfigError: missing/invalid file, ``encoder_conf`` not a mapping, or an unknown key
+                (the message names the key and the file).
+        """
+        data = load_yaml(path)
+        where = str(path)
+        if "encoder_conf" in data:
+            data, where = data["encoder_conf"], f"{path}: encoder_conf"
+            if data is None:
+                data = {}
+            if not isinstance(data, Mapping):
+                raise ConfigError(f"{where} must be a mapping, got {type(data).__name__}")
+        conf = {**data, **overrides}
+        return cls(config=from_dict(AVHubertEncoderConfig, conf, where))
+
+    def output_size(self) -> int:
+        """D, the size of the output vectors (``encoder_embed_dim``)."""
+        return self.config.encoder_embed_dim
+
+    def _front_end(self, extractor: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """Run a front-end with AV-HuBERT's ``forward_features`` gradient handling."""
+        scale = float(self.config.feature_grad_mult)
+        if scale == 0.0:
+            with torch.no_grad():
+                return extractor(x)
+        return grad_multiply(extractor(x), scale)
+
+    def _check_inputs(
+        self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+        """Validate the inputs; return ``(audio, video, ilens)`` with ``ilens`` filled in when None."""
+        if not isinstance(xs_pad, Mapping):
+            raise ValueError(
+                f"xs_pad must be a dict with keys 'audio' and 'video', got {type(xs_pad).__name__}"
+            )
+        unknown = set(xs_pad) - {"audio", "video"}
+        if unknown:
+            raise ValueError(
+                f"xs_pad: unknown modality key(s) {sorted(unknown)}; expected 'audio' and 'video'"
+            )
+        audio, video = xs_pad.get("audio"), xs_pad.get("video")
+        if audio is None and video is None:
+            raise ValueError("xs_pad: both 'audio' and 'video' are None; at least one modality is needed")
+        if audio is not None:
+            if audio.dim() != 3 or audio.shape[1] != self.config.audio_feat_dim:
+                raise ValueError(
+                    f"xs_pad['audio'] must be (B, audio_feat_dim={self.config.audio_feat_dim}, T), "
+                    f"got shape {tuple(audio.shape)}"
+                )
+            if not audio.is_floating_point():
+                raise ValueError(f"xs_pad['audio'] must be floating point, got {audio.dtype}")
+        if video is not None:
+            if video.dim() != 5 or video.shape[1] != 1:
+                raise ValueError(f"xs_pad['video'] must be (B, 1, T, H, W), got shape {tuple(video.shape)}")
+            if not video.is_floating_point():
+                raise ValueError(
+                    f"xs_pad['video'] must be floating point (normalised frames), got {video.dtype}"
+                )
+        if audio is not None and video is not None:
+            if audio.shape[0] != video.shape[0]:
+                raise ValueError(f"batch size differs: audio has {audio.shape[0]}, video {video.shape[0]}")
+            if audio.shape[2] != video.shape[2]:
+                raise ValueError(f"number of frames T differs: audio has {audio.shape[2]} (dim 2), video "
+                                 f"{video.shape[2]} (dim 2); both must be at 25 Hz and padded alike")
+        ref = audio if audio is not None else video
+        b, t = ref.shape[0], ref.shape[2]
+        if ilens is None:
+            return audio, video, torch.full((b,), t, dtype=torch.long, device=ref.device)
+        if ilens.shape != (b,) or ilens.is_floating_point() or ilens.is_complex():
+            raise ValueError(f"ilens must be an integer tensor of shape ({b},), got {ilens.dtype} "
+                             f"{tuple(ilens.shape)}")
+        if not torch.compiler.is_compiling() and b > 0:
+            lo, hi = int(ilens.min()), int(ilens.max())
+            if lo < 1 or hi > t:
+                raise ValueError(f"ilens must be in [1, T={t}], got min {lo} max {hi}")
+        return audio, video, ilens.to(ref.device)
+
+    def embed(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None) -> AVEmbedding:
+        """Front-ends, modality dropout, fusion, layer_norm, post_extract_proj, dropout_input.
+
+        Args and errors as :meth:`forward`. Returns an :class:`AVEmbedding` (``x`` is ``(B, T, D)``).
+        """
+        audio, video, ilens = self._check_inputs(xs_pad, ilens)
+        ref = audio if audio is not None else video
+        b, t = ref.shape[0], ref.shape[2]
+        padding_mask: torch.Tensor | None = torch.arange(t, device=ref.device)[None, :] >= ilens[:, None]
+        if not torch.compiler.is_compiling() and not bool(padding_mask.any()):
+            padding_mask = None
+
+        d = self.config.encoder_embed_dim
+        if audio is not None and video is not None and self.training and self.config.modality_dropout > 0:
+            audio, video = self._modality_dropout(audio, video)
+        feats_audio = feats_video = None
+        if audio is not None:
+            feats_audio = self._front_end(self.feature_extractor_audio, audio)  # (B, D, T)
+        if video is not None:
+            if padding_mask is not None:
+                video = video.masked_fill(padding_mask[:, None, :, None, None], 0.0)
+            feats_video = self._front_end(self.feature_extractor_video, video)  # (B, D, T)
+        if feats_audio is None:
+            feats_audio = feats_video.new_zeros(b, d, t)
+        elif feats_video is None:
+            feats_video = feats_audio.new_zeros(b, d, t)
+
+        if self.config.modality_fuse == "concat":
+            features = torch.cat([feats_audio, feats_video], dim=1)
+        else:
+            features = feats_audio + feats_video
+        features_pen = features.float().pow(2).mean()
+        x = self.layer_norm(features.transpose(1, 2))
+        if self.post_extract_proj is not None:
+            x = self.post_extract_proj(x)
+        return AVEmbedding(self.dropout_input(x), padding_mask, ilens, features_pen)
+
+    def _modality_dropout(self, audio: torch.Tensor, video: torch.Tensor
+                          ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Modality dropout as AV-HuBERT's ``forward`` (hubert.py): one draw per batch; with probability
+        ``modality_dropout`` one modality is dropped -- audio with probability ``audio_dropout``, else video.
+
+        The dropped modality is returned as None, so its front-end is not run and zeros take its place after
+        the front-end -- the values the original gets from ``0 * features``, without the front-end's cost (its
+        parameters then get no gradient in that step, and its BatchNorm statistics are not updated).
+        """
+        if float(torch.rand(())) < self.config.modality_dropout:
+            if float(torch.rand(())) < self.config.audio_dropout:
+                return None, video
+            return audio, None
+        return audio, video
+
+    def forward(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,
+                prev_states: Any = None) -> tuple[torch.Tensor, torch.Tensor, None]:
+        """Encode a padded batch (ESPnet ``AbsEncoder.forward``).
+
+        Args:
+            xs_pad: ``{"audio": (B, audio_feat_dim, T) float | None, "video": (B, 1, T, H, W) float | None}``.
+            ilens: ``(B,)`` integer, valid frames (25 Hz) per utterance, each in ``[1, T]``; None means all T.
+            prev_states: ignored (no streaming state), accepted for the ESPnet interface.
+
+        Returns:
+            ``(hidden (B, T, D) float, olens (B,) int, None)``; ``olens == ilens`` (no subsampling). Values of
+            ``hidden`` at padded frames are not meaningful.
+
+        Raises:
+            ValueError: both modalities None; a tensor of the wrong rank, feature dim (``audio_feat_dim``) or
+                dtype; audio and video differing in B or T; ``ilens`` of the wrong shape or out of range;
+                unknown keys in ``xs_pad``.
+        """
+        emb = self.embed(xs_pad, ilens)
+        return self.encoder(emb.x, emb.padding_mask), emb.olens, None
+
+    def extract_layer_outputs(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,
+                              num_layers: int | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Every transformer layer's output, e.g. for k-means targets or layer-wise probing.
+
+        Element ``i - 1`` of the list is the output of layer ``i`` (``(B, T, D)`` float), without the final
+        LayerNorm -- what AV-HuBERT returns for ``output_layer=i`` (as used by its feature dumping for
+        clustering). Only the first ``num_layers`` layers are run (all ``encoder_layers`` by default).
+
+        Args: as :meth:`forward`, plus ``num_layers`` in ``1..encoder_layers``.
+
+        Returns:
+            ``(outputs, olens)``: a list of ``num_layers`` tensors ``(B, T, D)``, and ``(B,)`` lengths.
+
+        Raises:
+            ValueError: as :meth:`forward`, or ``num_layers`` out of range.
+        """
+        emb = self.embed(xs_pad, ilens)
+        return self.encoder.layer_outputs(emb.x, emb.padding_mask, num_layers), emb.olens
+
+    def extra_repr(self) -> str:
+        """The non-default options, for ``print(model)``."""
+        default = AVHubertEncoderConfig()
+        changed = {f.name: getattr(self.config, f.name) for f in dataclasses.fields(self.config)
+                   if getattr(self.config, f.name) != getattr(default, f.name)}
+        return f"config overrides vs BASE: {changed}" if changed else "config: AV-HuBERT BASE"

@@ -1,0 +1,334 @@
+"""The ASR model: AV-HuBERT encoder + CTC head + attention decoder, trained with the hybrid CTC/attention
+loss.
+
+Source: Watanabe et al. (2017), "Hybrid CTC/attention architecture for end-to-end speech recognition",
+Sec. III-A (multi-task loss ``L = ctc_weight * L_ctc + (1 - ctc_weight) * L_att``), in the form of ESPnet2's
+``ESPnetASRModel`` (``espnet2/asr/espnet_model.py``), with the encoder of AV-HuBERT (Shi et al., 2022).
+
+Token ids follow ESPnet: ``[<blank>, <unk>, pieces..., <sos/eos>]``, so ``blank = 0`` and
+``sos = eos = vocab_size - 1``; target padding is ``ignore_id = -1``.
+
+Loss normalisation (as ESPnet's defaults):
+
+* CTC: :func:`torch.nn.functional.ctc_loss` with ``zero_infinity=True`` (an impossible alignment, e.g. more
+  labels than frames, contributes 0 instead of inf), summed over the batch and divided by the batch size,
+  i.e. the mean over utterances of each utterance's ``-log p_ctc(y|x)`` (ESPnet ``CTC(reduce=True)``).
+* attention: label-smoothing loss of ESPnet's ``LabelSmoothingLoss``: the KL divergence between the
+  smoothed target (``1 - lsm_weight`` on the true token, ``lsm_weight / (V - 1)`` on every other) and the
+  decoder's distribution, summed over tokens (``eos`` included, padding ignored) and divided by the batch
+  size, or by the number of tokens when ``length_normalized_loss`` is true.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from avsr.config import ConfigError, check_keys, from_dict, load_yaml, to_dict
+from avsr.decode.beam_search import DecodeConfig, Hypothesis, batch_beam_search
+from avsr.nn.decoder import TransformerDecoder, TransformerDecoderConfig
+
+__all__ = ["AVSRModel", "AVSRModelConfig", "label_smoothing_loss"]
+
+CONFIG_KEYS = ("vocab_size", "encoder_conf", "decoder_conf", "model_conf")
+
+
+@dataclass
+class AVSRModelConfig:
+    """The ``model_conf`` section (ESPnet names).
+
+    Attributes:
+        ctc_weight: weight of the CTC loss; 1.0 = CTC only (no decoder is built), 0.0 = attention only (no
+            CTC head is built).
+        lsm_weight: label-smoothing weight of the attention loss.
+        length_normalized_loss: divide the attention loss by the number of tokens instead of the batch size.
+    """
+
+    ctc_weight: float = 0.3
+    lsm_weight: float = 0.1
+    length_normalized_loss: bool = False
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.ctc_weight <= 1.0:
+            raise ValueError(f"ctc_weight must lie in [0, 1], got {self.ctc_weight}")
+        if not 0.0 <= self.lsm_weight < 1.0:
+            raise ValueError(f"lsm_weight must lie in [0, 1), got {self.lsm_weight}")
+
+
+def label_smoothing_loss(
+    logits: Tensor, target: Tensor, smoothing: float, ignore_id: int = -1, normalize_length: bool = False
+) -> Tensor:
+    """ESPnet's ``LabelSmoothingLoss``: ``sum KL(q || p)`` over non-ignored positions, normalised.
+
+    Args:
+        logits: ``(B, L, V)`` unnormalised decoder outputs.
+        target: ``(B, L)`` int64 target ids, ``ignore_id`` on padding.
+        smoothing: ``q = 1 - smoothing`` on the target, ``smoothing / (V - 1)`` on each other token.
+        ignore_id: padding value of ``target``.
+        normalize_length: divide by the number of non-ignored tokens (True) or by ``B`` (False).
+
+    Returns:
+        Scalar float32 loss (>= 0; 0 only for a perfect prediction of ``q``).
+    """
+    v = logits.size(-1)
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    ignore = target == ignore_id
+    tgt = target.masked_fill(ignore, 0)
+    conf, other = 1.0 - smoothing, smoothing / (v - 1)
+    # sum_v q_v log q_v (0 log 0 = 0)
+    neg_entropy = (conf * math.log(conf) if conf > 0 else 0.0) + (
+        smoothing * math.log(other) if other > 0 else 0.0
+    )
+    lp_target = logp.gather(-1, tgt[..., None])[..., 0]
+    cross = conf * lp_target + other * (logp.sum(-1) - lp_target)
+    kl = (neg_entropy - cross).masked_fill(ignore, 0.0)
+    denom = (~ignore).sum().clamp(min=1) if normalize_length else target.size(0)
+    return kl.sum() / denom
+
+
+class AVSRModel(nn.Module):
+    """Hybrid CTC/attention AVSR model over the AV-HuBERT encoder.
+
+    Args:
+        vocab_size: ``V``, including ``<blank>`` (id 0) and ``<sos/eos>`` (id ``V - 1``).
+        encoder_conf: keyword options of :class:`avsr.encoder.AVHubertEncoder`.
+        decoder_conf: fields of :class:`avsr.nn.decoder.TransformerDecoderConfig`.
+        ctc_weight, lsm_weight, length_normalized_loss: see :class:`AVSRModelConfig`.
+        encoder: an already built encoder (ESPnet ``AbsEncoder`` interface: ``forward(xs_pad, ilens) ->
+            (hidden, olens, None)``, ``output_size()``) to use instead of building one from ``encoder_conf``.
+
+    Attributes: ``encoder``, ``ctc_lo`` (Linear ``D -> V``, None when ``ctc_weight == 0``), ``decoder``
+    (None when ``ctc_weight == 1``), ``sos``, ``eos``, ``blank``, ``ignore_id``.
+
+    Raises:
+        avsr.config.ConfigError: unknown option in ``encoder_conf``/``decoder_conf``, or a bad value.
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        encoder_conf: Mapping[str, Any] | None = None,
+        decoder_conf: Mapping[str, Any] | TransformerDecoderConfig | None = None,
+        ctc_weight: float = 0.3,
+        lsm_weight: float = 0.1,
+        length_normalized_loss: bool = False,
+        encoder: nn.Module | None = None,
+    ) -> None:
+        super().__init__()
+        if vocab_size < 3:
+            raise ConfigError(f"vocab_size must be >= 3 (<blank>, a token, <sos/eos>), got {vocab_size}")
+        try:
+            self.conf = AVSRModelConfig(ctc_weight, lsm_weight, length_normalized_loss)
+        except ValueError as e:
+            raise ConfigError(f"model_conf: {e}") from e
+        self.vocab_size = vocab_size
+        self.blank, self.sos, self.eos, self.ignore_id = 0, vocab_size - 1, vocab_size - 1, -1
+        if encoder is None:
+            from avsr.encoder import AVHubertEncoder
+
+            try:
+                encoder = AVHubertEncoder(**dict(encoder_conf or {}))
+            except TypeError as e:
+                raise ConfigError(f"encoder_conf: {e}") from e
+        elif encoder_conf:
+            raise ConfigError("AVSRModel: give either encoder= or encoder_conf, not both")
+        self.encoder = encoder
+        d = encoder.output_size()
+        self.ctc_lo = nn.Linear(d, vocab_size) if self.ctc_weight > 0 else None
+        self.decoder = TransformerDecoder(vocab_size, d, decoder_conf) if self.ctc_weight < 1 else None
+
+    @property
+    def ctc_weight(self) -> float:
+        """Weight of the CTC loss (``model_conf.ctc_weight``)."""
+        return self.conf.ctc_weight
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], where: str = "model config") -> AVSRModel:
+        """Build from a mapping with keys ``vocab_size``, ``encoder_conf``, ``decoder_conf``, ``model_conf``.
+
+        Args:
+            config: the mapping (e.g. a ``conf/model/*.yaml`` file's content).
+            where: origin named in error messages (a file name).
+
+        Raises:
+            avsr.config.ConfigError: unknown key at any level (named with ``where``), missing ``vocab_size``.
+        """
+        check_keys(config, CONFIG_KEYS, where)
+        if "vocab_size" not in config:
+            raise ConfigError(f"{where}: missing 'vocab_size'")
+        for key in ("encoder_conf", "decoder_conf", "model_conf"):
+            if config.get(key) is not None and not isinstance(config[key], Mapping):
+                raise ConfigError(f"{where}: {key} must be a mapping, got {type(config[key]).__name__}")
+        model_conf = from_dict(AVSRModelConfig, config.get("model_conf"), f"{where}: model_conf")
+        decoder_conf = from_dict(
+            TransformerDecoderConfig, config.get("decoder_conf"), f"{where}: decoder_conf"
+        )
+        try:
+            return cls(
+                int(config["vocab_size"]), config.get("encoder_conf"), decoder_conf, **to_dict(model_conf)
+            )
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from e
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> AVSRModel:
+        """:meth:`from_config` on a YAML file; errors name the file."""
+        return cls.from_config(load_yaml(path), str(path))
+
+    def encode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """Encoder output ``(B, T, D)`` and its lengths ``(B,)`` for audio ``(B, 104, T)`` and/or video
+        ``(B, 1, T, H, W)`` features at 25 frames/s with ``lengths (B,)`` valid frames (see
+        :meth:`avsr.encoder.AVHubertEncoder.forward`, whose errors it raises)."""
+        enc, enc_lens, _ = self.encoder({"audio": audio, "video": video}, lengths)
+        return enc, enc_lens.to(enc.device, torch.long)
+
+    def _targets(self, ys_pad: Tensor, ys_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Check targets; return ``ys (B, L)`` (padding -> ignore_id), ``ys_in (B, L+1)`` (sos + ys, padded
+        with eos) and ``ys_out (B, L+1)`` (ys + eos, padded with ignore_id)."""
+        b, length = ys_pad.shape
+        if ys_lens.shape != (b,):
+            raise ValueError(f"ys_lens must be ({b},), got {tuple(ys_lens.shape)}")
+        ys_lens = ys_lens.to(ys_pad.device, torch.long)
+        pad = torch.arange(length, device=ys_pad.device)[None, :] >= ys_lens[:, None]
+        bad = ~pad & ((ys_pad <= self.blank) | (ys_pad >= self.eos))
+        if bool(bad.any()) or bool((ys_lens > length).any()):
+            u = int(bad.any(1).nonzero()[0]) if bool(bad.any()) else int((ys_lens > length).nonzero()[0])
+            raise ValueError(
+                f"target of batch item {u} is invalid: ids must lie in 1..{self.eos - 1} "
+                f"(0 is blank, {self.eos} is sos/eos) and ys_lens <= {length}; got "
+                f"{ys_pad[u].tolist()} with length {int(ys_lens[u])}"
+            )
+        ys = ys_pad.masked_fill(pad, self.ignore_id)
+        ys_in = torch.cat([ys.new_full((b, 1), self.sos), ys.masked_fill(pad, self.eos)], dim=1)
+        ys_out = torch.cat([ys, ys.new_full((b, 1), self.ignore_id)], dim=1)
+        ys_out.scatter_(1, ys_lens[:, None], self.eos)
+        return ys, ys_in, ys_out
+
+    def forward(
+        self, audio: Tensor | None, video: Tensor | None, lengths: Tensor, ys_pad: Tensor, ys_lens: Tensor
+    ) -> tuple[Tensor, dict[str, float]]:
+        """Hybrid CTC/attention loss of a batch.
+
+        Args:
+            audio: ``(B, 104, T)`` float audio features or None.
+            video: ``(B, 1, T, H, W)`` float normalised video or None.
+            lengths: ``(B,)`` int64 valid frames (25 Hz).
+            ys_pad: ``(B, L)`` int64 token ids padded with -1 (ids in ``1..V-2``).
+            ys_lens: ``(B,)`` int64 target lengths.
+
+        Returns:
+            ``loss`` (scalar, differentiable) and ``stats``: floats ``loss``, ``loss_ctc``, ``loss_att``,
+            ``acc`` (attention token accuracy, eos included); a part the model does not have (CTC-only or
+            attention-only model) is ``nan``.
+
+        Raises:
+            ValueError: a target id outside ``1..V-2`` or a target length over ``L`` (names the batch item);
+                the encoder's input errors.
+        """
+        ys, ys_in, ys_out = self._targets(ys_pad, ys_lens)
+        enc, enc_lens = self.encode(audio, video, lengths)
+        nan = float("nan")
+        loss_ctc = loss_att = None
+        acc = nan
+        if self.ctc_lo is not None:
+            logp = torch.log_softmax(self.ctc_lo(enc).float(), dim=-1).transpose(0, 1)
+            loss_ctc = F.ctc_loss(
+                logp,
+                ys.clamp(min=0),
+                enc_lens,
+                ys_lens.to(enc_lens),
+                blank=self.blank,
+                reduction="sum",
+                zero_infinity=True,
+            ) / enc.size(0)
+        if self.decoder is not None:
+            mask = torch.arange(enc.size(1), device=enc.device)[None, :] < enc_lens[:, None]
+            logits = self.decoder(ys_in, enc, mask)
+            loss_att = label_smoothing_loss(
+                logits, ys_out, self.conf.lsm_weight, self.ignore_id, self.conf.length_normalized_loss
+            )
+            valid = ys_out != self.ignore_id
+            acc = float((logits.argmax(-1) == ys_out)[valid].float().mean())
+        w = self.ctc_weight
+        if loss_ctc is None:
+            loss = loss_att
+        elif loss_att is None:
+            loss = loss_ctc
+        else:
+            loss = w * loss_ctc + (1.0 - w) * loss_att
+        stats = {
+            "loss": float(loss.detach()),
+            "loss_ctc": float(loss_ctc.detach()) if loss_ctc is not None else nan,
+            "loss_att": float(loss_att.detach()) if loss_att is not None else nan,
+            "acc": acc,
+        }
+        return loss, stats
+
+    @torch.no_grad()
+    def decode_nbest(
+        self,
+        audio: Tensor | None,
+        video: Tensor | None,
+        lengths: Tensor,
+        config: DecodeConfig | None = None,
+        **overrides: Any,
+    ) -> list[list[Hypothesis]]:
+        """Joint CTC/attention beam search (:func:`avsr.decode.batch_beam_search`) in eval mode.
+
+        Args:
+            audio, video, lengths: as :meth:`forward`.
+            config: search options (defaults when None); ``overrides`` replace some of its fields
+                (``beam_size=5``...).
+
+        Returns:
+            Up to ``nbest`` hypotheses per utterance, best first.
+
+        Raises:
+            avsr.config.ConfigError: unknown override.
+            ValueError: ``ctc_weight`` needs a part the model lacks (e.g. ``ctc_weight < 1`` on a CTC-only
+                model).
+        """
+        base = to_dict(config) if config is not None else {}
+        config = from_dict(DecodeConfig, {**base, **overrides}, "decode options")
+        was_training = self.training
+        self.eval()
+        try:
+            enc, enc_lens = self.encode(audio, video, lengths)
+            ctc_logp = (
+                torch.log_softmax(self.ctc_lo(enc).float(), dim=-1) if self.ctc_lo is not None else None
+            )
+            return batch_beam_search(
+                enc,
+                enc_lens,
+                config,
+                decoder=self.decoder,
+                ctc_logp=ctc_logp,
+                sos=self.sos,
+                eos=self.eos,
+                blank=self.blank,
+            )
+        finally:
+            self.train(was_training)
+
+    def decode(
+        self,
+        audio: Tensor | None,
+        video: Tensor | None,
+        lengths: Tensor,
+        config: DecodeConfig | None = None,
+        **overrides: Any,
+    ) -> list[list[int]]:
+        """Best hypothesis per utterance: token ids without sos/eos/blank (``[]`` if the search found none).
+
+        Arguments and errors as :meth:`decode_nbest`.
+        """
+        return [
+            h[0].tokens if h else [] for h in self.decode_nbest(audio, video, lengths, config, **overrides)
+        ]

@@ -1,0 +1,160 @@
+"""Video front-end of AV-HuBERT: a 3-D convolutional stem, a 2-D ResNet-18 trunk and a linear projection.
+
+Follows ``avhubert/resnet.py`` (``ResEncoder``, ``ResNet``, ``BasicBlock``) and ``SubModel`` in
+``avhubert/hubert.py`` of facebookresearch/av_hubert (Shi et al., 2022, Sec. 3 and Appendix A), itself the
+lip-reading front-end of Ma et al. (2021) and Stafylakis & Tzimiropoulos (2017). Module attribute names are
+those of the original, so a state dict maps 1:1, e.g. ``resnet.frontend3D.0.weight``,
+``resnet.trunk.layer2.0.downsample.0.weight``, ``resnet.trunk.layer1.0.relu1.weight`` (PReLU).
+
+The channel widths are configurable (``widths``, default ResNet-18's 64-128-256-512) so that a small CPU
+configuration exists; with the defaults the parameter names and shapes are those of the original.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+__all__ = ["BasicBlock", "ResNetTrunk", "ResEncoder", "VideoFrontEnd", "RESNET_RELU_TYPES"]
+
+RESNET_RELU_TYPES = ("prelu", "relu")
+
+
+def _activation(relu_type: str, channels: int) -> nn.Module:
+    """PReLU with one slope per channel, or ReLU (``resnet_relu_type``)."""
+    if relu_type == "prelu":
+        return nn.PReLU(num_parameters=channels)
+    if relu_type == "relu":
+        return nn.ReLU()
+    raise ValueError(f"resnet_relu_type must be one of {RESNET_RELU_TYPES}, got {relu_type!r}")
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block: two 3x3 convolutions with batch norm, a residual connection.
+
+    ``relu2(bn2(conv2(relu1(bn1(conv1(x))))) + downsample(x))``; ``conv1`` carries the stride and
+    ``downsample`` (1x1 convolution with the stride, then BatchNorm2d) is present when the stride or the
+    width changes, as ``downsample_basic_block`` in av_hubert's ``resnet.py``.
+
+    Input ``(N, in_channels, H, W)`` float, output ``(N, channels, ceil(H/stride), ceil(W/stride))``.
+    """
+
+    def __init__(self, in_channels: int, channels: int, stride: int = 1, relu_type: str = "prelu") -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, channels, kernel_size=3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.relu1 = _activation(relu_type, channels)
+        self.conv2 = nn.Conv2d(channels, channels, kernel_size=3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(channels)
+        self.relu2 = _activation(relu_type, channels)
+        self.downsample: nn.Sequential | None = None
+        if stride != 1 or in_channels != channels:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(in_channels, channels, kernel_size=1, stride=stride, bias=False),
+                nn.BatchNorm2d(channels),
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, C_in, H, W) -> (N, C, H', W')``."""
+        out = self.relu1(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        residual = x if self.downsample is None else self.downsample(x)
+        return self.relu2(out + residual)
+
+
+class ResNetTrunk(nn.Module):
+    """The 2-D ResNet-18 trunk: four stages of two :class:`BasicBlock` each, then global average pooling.
+
+    Stage widths ``widths`` (default 64-128-256-512), strides 1-2-2-2. Input ``(N, widths[0], H, W)`` float
+    (N = batch x frames), output ``(N, widths[3])``: one vector per frame.
+
+    Initialisation as the original ``ResNet``: conv weights normal(0, sqrt(2 / (k*k*out_channels))),
+    batch-norm weight 1 and bias 0.
+    """
+
+    def __init__(self, widths: Sequence[int] = (64, 128, 256, 512), relu_type: str = "prelu") -> None:
+        super().__init__()
+        if len(widths) != 4 or any(int(w) < 1 for w in widths):
+            raise ValueError(f"resnet_widths must be 4 positive integers, got {list(widths)}")
+        w = [int(v) for v in widths]
+        self.layer1 = self._stage(w[0], w[0], 1, relu_type)
+        self.layer2 = self._stage(w[0], w[1], 2, relu_type)
+        self.layer3 = self._stage(w[1], w[2], 2, relu_type)
+        self.layer4 = self._stage(w[2], w[3], 2, relu_type)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                fan = m.kernel_size[0] * m.kernel_size[1] * m.out_channels
+                nn.init.normal_(m.weight, 0.0, math.sqrt(2.0 / fan))
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    @staticmethod
+    def _stage(in_channels: int, channels: int, stride: int, relu_type: str) -> nn.Sequential:
+        return nn.Sequential(
+            BasicBlock(in_channels, channels, stride, relu_type),
+            BasicBlock(channels, channels, 1, relu_type),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(N, widths[0], H, W) -> (N, widths[3])``."""
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.avgpool(x).flatten(1)
+
+
+class ResEncoder(nn.Module):
+    """3-D convolutional stem plus the 2-D ResNet trunk applied frame by frame (av_hubert ``ResEncoder``).
+
+    ``frontend3D`` = Conv3d(1 -> widths[0], kernel 5x7x7, stride 1x2x2, padding 2x3x3, no bias),
+    BatchNorm3d, PReLU/ReLU, MaxPool3d(kernel 1x3x3, stride 1x2x2, padding 0x1x1). The time axis keeps its
+    length (the stem's 5-frame temporal kernel is the only place where neighbouring frames mix); frames are
+    then folded into the batch (B*T) for :class:`ResNetTrunk`.
+
+    Input ``(B, 1, T, H, W)`` float (88x88 mouth crops at 25 fps, normalised); output
+    ``(B, widths[3], T)`` float.
+    """
+
+    def __init__(self, widths: Sequence[int] = (64, 128, 256, 512), relu_type: str = "prelu") -> None:
+        super().__init__()
+        self.frontend_nout = int(widths[0])
+        self.backend_out = int(widths[-1])
+        self.frontend3D = nn.Sequential(
+            nn.Conv3d(1, self.frontend_nout, kernel_size=(5, 7, 7), stride=(1, 2, 2), padding=(2, 3, 3),
+                      bias=False),
+            nn.BatchNorm3d(self.frontend_nout),
+            _activation(relu_type, self.frontend_nout),
+            nn.MaxPool3d(kernel_size=(1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1)),
+        )
+        self.trunk = ResNetTrunk(widths, relu_type)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``(B, 1, T, H, W) -> (B, widths[3], T)``."""
+        b = x.shape[0]
+        x = self.frontend3D(x)  # (B, C, T, H', W')
+        t = x.shape[2]
+        x = x.transpose(1, 2).reshape(b * t, x.shape[1], x.shape[3], x.shape[4])
+        x = self.trunk(x)  # (B*T, C_out)
+        return x.view(b, t, -1).transpose(1, 2)
+
+
+class VideoFrontEnd(nn.Module):
+    """The video feature extractor of AV-HuBERT (``feature_extractor_video``): ResEncoder + linear projection.
+
+    Input ``(B, 1, T, H, W)`` float video at 25 fps; output ``(B, embed_dim, T)`` float (channels first, as
+    the original ``SubModel``). Attributes ``resnet`` (:class:`ResEncoder`) and ``proj``
+    (``Linear(widths[3], embed_dim)``, PyTorch default init) match the original's key names.
+    """
+
+    def __init__(self, embed_dim: int, widths: Sequence[int] = (64, 128, 256, 512),
+                 relu_type: str = "prelu") -> None:
+        super().__init__()
+        self.resnet = ResEncoder(widths, relu_type)
+        self.proj = nn.Linear(self.resnet.backend_out, embed_dim)
+
+    def forward(self, video: torch.Tensor) -> torch.Tensor:
+        """``(B, 1, T, H, W) -> (B, embed_dim, T)``."""
+        return self.proj(self.resnet(video).transpose(1, 2)).transpose(1, 2)

@@ -1,0 +1,400 @@
+"""CTC prefix scoring, batched joint CTC/attention beam search, greedy CTC, and the AVSRModel around them."""
+
+import itertools
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from avsr.config import ConfigError
+from avsr.decode import (
+    CTCPrefixScorer,
+    DecodeConfig,
+    batch_beam_search,
+    ctc_greedy_decode,
+    load_decode_config,
+)
+from avsr.models import AVSRModel, label_smoothing_loss
+from avsr.nn.decoder import TransformerDecoder
+
+BLANK = 0
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small tensors: one intra-op thread is faster (and steadier on a shared 2-core machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def collapse(path):
+    out, prev = [], None
+    for s in path:
+        if s != prev and s != BLANK:
+            out.append(s)
+        prev = s
+    return out
+
+
+def brute_force(logp: torch.Tensor, length: int):
+    """(prefix probability, full probability) functions by enumerating every CTC path of one utterance."""
+    v = logp.size(-1)
+    prob = logp[:length].double().exp()
+    prefix, full = {}, {}
+    for path in itertools.product(range(v), repeat=length):
+        p = float(prob[torch.arange(length), torch.tensor(path)].prod())
+        y = tuple(collapse(path))
+        full[y] = full.get(y, 0.0) + p
+        for n in range(len(y) + 1):
+            prefix[y[:n]] = prefix.get(y[:n], 0.0) + p
+    return (lambda h: prefix.get(tuple(h), 0.0)), (lambda h: full.get(tuple(h), 0.0))
+
+
+@pytest.mark.parametrize("partial", [False, True])
+def test_ctc_prefix_scores_match_enumeration_of_alignments(partial):
+    torch.manual_seed(1)
+    b, t, v, group = 2, 5, 4, 3  # tokens: blank 0, labels 1, 2, eos 3
+    eos = v - 1
+    logp = torch.log_softmax(torch.randn(b, t, v) * 1.5, dim=-1)
+    lengths = torch.tensor([5, 3])
+    refs = [brute_force(logp[i], int(lengths[i])) for i in range(b)]
+    scorer = CTCPrefixScorer(logp, lengths, group=group, blank=BLANK, eos=eos)
+    state = scorer.init_state()
+    prefixes = [[] for _ in range(b * group)]
+    gen = torch.Generator().manual_seed(0)
+    for _step in range(4):
+        ids = (
+            torch.stack([torch.randperm(v, generator=gen) for _ in range(b * group)])[:, :3]
+            if partial
+            else None
+        )
+        psi = scorer.score(state, ids)
+        cols = ids if partial else torch.arange(v).expand(b * group, -1)
+        for n, g in enumerate(prefixes):
+            prefix_p, full_p = refs[n // group]
+            for k, c in enumerate(cols[n].tolist()):
+                got = float(psi[n, k].double().exp())
+                want = 0.0 if c == BLANK else full_p(g) if c == eos else prefix_p(g + [c])
+                assert got == pytest.approx(want, rel=1e-4, abs=1e-9), (n, g, c)
+        # extend: random parents within each utterance, random labels (repeats included)
+        parents = (
+            torch.randint(0, group, (b, group), generator=gen) + torch.arange(b)[:, None] * group
+        ).view(-1)
+        tokens = torch.randint(1, v - 1, (b * group,), generator=gen)
+        full_psi = scorer.score(state)
+        state = scorer.extend(state, parents, tokens, full_psi[parents, tokens])
+        prefixes = [prefixes[p] + [c] for p, c in zip(parents.tolist(), tokens.tolist())]
+        for n, g in enumerate(prefixes):
+            assert float(state.psi[n].double().exp()) == pytest.approx(
+                refs[n // group][0](g), rel=1e-4, abs=1e-9
+            )
+
+
+def test_ctc_prefix_scorer_long_input_is_finite_and_normalised():
+    torch.manual_seed(0)
+    t, v = 2000, 6
+    logits = torch.randn(1, t, v) * 4
+    logits[..., -1] = -60.0  # eos is a CTC symbol too: keep it out of the paths for the mass balance below
+    logp = torch.log_softmax(logits, dim=-1)
+    scorer = CTCPrefixScorer(logp, torch.tensor([t]), group=1)
+    state = scorer.init_state()
+    for tok in [1, 2, 2, 3]:
+        psi = scorer.score(state)
+        assert torch.isfinite(psi[:, 1:]).all()
+        # the labels and eos partition the prefix's probability mass: sum_c psi(g+c) + p(g) = psi(g)
+        mass = torch.logsumexp(psi[0, 1:-1], 0).exp() + psi[0, -1].exp()
+        assert float(mass) == pytest.approx(float(state.psi[0].exp()), rel=1e-3)
+        state = scorer.extend(state, torch.tensor([0]), torch.tensor([tok]), psi[0, tok].reshape(1))
+
+
+def make_decoder(v: int, enc_dim: int, seed: int = 0, eos_boost: float = 2.0) -> TransformerDecoder:
+    torch.manual_seed(seed)
+    dec = TransformerDecoder(
+        v,
+        enc_dim,
+        dict(decoder_layers=2, decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_attention_heads=4),
+    ).eval()
+    with torch.no_grad():
+        dec.output_projection.weight[v - 1] *= eos_boost  # make ending plausible for a random model
+        dec.output_projection.weight *= 3.0  # peakier distributions
+    return dec
+
+
+@torch.no_grad()
+def greedy_attention(dec, mem, mask, maxlen, eos):
+    """Reference: argmax decoding with the full (uncached) forward at every step, blank excluded."""
+    ys = [eos]
+    total = 0.0
+    for _ in range(maxlen + 1):
+        logp = torch.log_softmax(dec(torch.tensor([ys]), mem, mask)[0, -1], -1)
+        logp[BLANK] = -math.inf
+        if len(ys) == maxlen + 1:  # at the maximum length only eos is allowed
+            c = eos
+        else:
+            c = int(logp.argmax())
+        total += float(logp[c])
+        if c == eos:
+            break
+        ys.append(c)
+    return ys[1:], total
+
+
+def test_beam_one_attention_only_equals_greedy_attention_decoding():
+    v, d, b, t = 9, 12, 3, 10
+    dec = make_decoder(v, d)
+    mem = torch.randn(b, t, d)
+    lens = torch.tensor([10, 7, 4])
+    cfg = DecodeConfig(beam_size=1, ctc_weight=0.0, maxlenratio=-6)
+    hyps = batch_beam_search(mem, lens, cfg, decoder=dec, ctc_logp=None, sos=v - 1, eos=v - 1)
+    lengths = []
+    for i in range(b):
+        mask = torch.ones(1, int(lens[i]), dtype=torch.bool)
+        ref, ref_score = greedy_attention(dec, mem[i : i + 1, : lens[i]], mask, 6, v - 1)
+        assert hyps[i][0].tokens == ref
+        assert hyps[i][0].score == pytest.approx(ref_score, abs=1e-4)
+        lengths.append(len(ref))
+    assert min(lengths) < 6  # at least one utterance ended on its own
+
+
+@pytest.mark.parametrize("scoring", ["partial", "full"])
+@pytest.mark.parametrize("ctc_weight", [0.0, 0.4, 1.0])
+def test_batched_decoding_equals_decoding_each_utterance_alone(scoring, ctc_weight):
+    v, d, b, t = 12, 12, 4, 9
+    dec = make_decoder(v, d, seed=3)
+    torch.manual_seed(5)
+    mem = torch.randn(b, t, d)
+    lens = torch.tensor([9, 5, 7, 3])
+    ctc_logp = torch.log_softmax(torch.randn(b, t, v) * 3, -1)
+    cfg = DecodeConfig(beam_size=3, ctc_weight=ctc_weight, ctc_scoring=scoring, nbest=3, penalty=0.2)
+    kw = dict(
+        sos=v - 1,
+        eos=v - 1,
+        decoder=dec if ctc_weight < 1 else None,
+        ctc_logp=ctc_logp if ctc_weight > 0 else None,
+    )
+    batch = batch_beam_search(mem, lens, cfg, **kw)
+    for i in range(b):
+        n = int(lens[i])
+        alone_kw = dict(kw, ctc_logp=ctc_logp[i : i + 1, :n] if ctc_weight > 0 else None)
+        alone = batch_beam_search(mem[i : i + 1, :n], lens[i : i + 1], cfg, **alone_kw)[0]
+        assert [h.tokens for h in batch[i]] == [h.tokens for h in alone]
+        assert [h.score for h in batch[i]] == pytest.approx([h.score for h in alone], abs=1e-4)
+        assert batch[i] and len(batch[i]) <= 3
+
+
+@torch.no_grad()
+def enumerate_best(dec, mem, ctc_logp, w, penalty, maxlen, v):
+    """All label sequences up to maxlen, scored exactly; best first."""
+    eos, scored = v - 1, []
+    labels = range(1, v - 1)
+    for n in range(maxlen + 1):
+        for y in itertools.product(labels, repeat=n):
+            y = list(y)
+            s = penalty * (n + 1)
+            if w < 1:
+                logp = torch.log_softmax(
+                    dec(torch.tensor([[eos] + y]), mem, torch.ones(1, mem.size(1), dtype=bool)), -1
+                )
+                s += (1 - w) * float(logp[0, torch.arange(n + 1), torch.tensor(y + [eos])].sum())
+            if w > 0:
+                nll = F.ctc_loss(
+                    ctc_logp.transpose(0, 1),
+                    torch.tensor([y], dtype=torch.long),
+                    torch.tensor([mem.size(1)]),
+                    torch.tensor([n]),
+                    reduction="sum",
+                )
+                s += w * float(-nll)
+            scored.append((s, y))
+    return sorted(scored, key=lambda x: -x[0])
+
+
+@pytest.mark.parametrize("ctc_weight", [0.0, 0.5, 1.0])
+def test_large_beam_finds_the_maximum_probability_sequence(ctc_weight):
+    v, d, t, maxlen = 5, 12, 5, 3  # 3 labels -> 40 sequences of up to 3 labels
+    dec = make_decoder(v, d, seed=7, eos_boost=1.0)
+    torch.manual_seed(11)
+    mem = torch.randn(1, t, d)
+    ctc_logp = torch.log_softmax(torch.randn(1, t, v) * 2, -1)
+    cfg = DecodeConfig(
+        beam_size=40, ctc_weight=ctc_weight, penalty=0.3, maxlenratio=-maxlen, nbest=5, ctc_scoring="full"
+    )
+    hyps = batch_beam_search(
+        mem, torch.tensor([t]), cfg, decoder=dec, ctc_logp=ctc_logp, sos=v - 1, eos=v - 1
+    )[0]
+    ref = enumerate_best(dec, mem, ctc_logp, ctc_weight, 0.3, maxlen, v)[:5]
+    assert [h.tokens for h in hyps] == [y for _, y in ref]
+    assert [h.score for h in hyps] == pytest.approx([s for s, _ in ref], abs=1e-4)
+
+
+def test_ctc_only_search_on_a_peaky_distribution_equals_greedy_ctc():
+    v, t = 6, 12
+    path = torch.tensor([[0, 1, 1, 0, 2, 0, 0, 2, 3, 3, 0, 4], [3, 0, 1, 4, 4, 0, 0, 0, 0, 0, 0, 0]])
+    logits = torch.full((2, t, v), -3.0).scatter(2, path[..., None], 3.0)
+    logp = torch.log_softmax(logits, -1)
+    lens = torch.tensor([12, 6])
+    assert ctc_greedy_decode(logp, lens) == [[1, 2, 2, 3, 4], [3, 1, 4]]
+    cfg = DecodeConfig(beam_size=4, ctc_weight=1.0)
+    hyps = batch_beam_search(
+        torch.zeros(2, t, 4), lens, cfg, decoder=None, ctc_logp=logp, sos=v - 1, eos=v - 1
+    )
+    # eos (id 5) never wins a frame here, labels 1..4 do
+    assert [h[0].tokens for h in hyps] == [[1, 2, 2, 3, 4], [3, 1, 4]]
+
+
+def test_min_and_max_length_ratios_bound_hypothesis_lengths():
+    v, d, t = 9, 12, 8
+    dec = make_decoder(v, d, seed=2, eos_boost=6.0)  # eos dominates: unconstrained hypotheses are short
+    mem = torch.randn(2, t, d)
+    lens = torch.tensor([8, 6])
+    kw = dict(decoder=dec, ctc_logp=None, sos=v - 1, eos=v - 1)
+    free = batch_beam_search(mem, lens, DecodeConfig(beam_size=3, ctc_weight=0.0, nbest=3), **kw)
+    assert min(len(h.tokens) for hyps in free for h in hyps) < 3
+    cfg = DecodeConfig(beam_size=3, ctc_weight=0.0, nbest=3, minlenratio=0.5, maxlenratio=0.75)
+    hyps = batch_beam_search(mem, lens, cfg, **kw)
+    for u, n in enumerate([8, 6]):
+        assert hyps[u] and all(n // 2 <= len(h.tokens) <= int(0.75 * n) for h in hyps[u])
+        assert [h.score for h in hyps[u]] == sorted((h.score for h in hyps[u]), reverse=True)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_search_matches_cpu():
+    v, d, b, t = 12, 12, 3, 9
+    dec = make_decoder(v, d, seed=3)
+    torch.manual_seed(5)
+    mem = torch.randn(b, t, d)
+    lens = torch.tensor([9, 5, 7])
+    ctc_logp = torch.log_softmax(torch.randn(b, t, v) * 3, -1)
+    cfg = DecodeConfig(beam_size=3, ctc_weight=0.4, nbest=2)
+    cpu = batch_beam_search(mem, lens, cfg, decoder=dec, ctc_logp=ctc_logp, sos=v - 1, eos=v - 1)
+    gpu = batch_beam_search(
+        mem.cuda(), lens.cuda(), cfg, decoder=dec.cuda(), ctc_logp=ctc_logp.cuda(), sos=v - 1, eos=v - 1
+    )
+    assert [[h.tokens for h in x] for x in gpu] == [[h.tokens for h in x] for x in cpu]
+
+
+def test_decode_config_yaml_and_errors(tmp_path):
+    cfg = load_decode_config("conf/decode/default.yaml")
+    assert cfg.beam_size == 10 and cfg.ctc_weight == 0.3
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("beam_sise: 3\n")
+    with pytest.raises(ConfigError, match="beam_sise.*|bad.yaml"):
+        load_decode_config(bad)
+    with pytest.raises(ConfigError, match="nbest"):
+        load_decode_config(None, beam_size=2, nbest=3)
+    with pytest.raises(ValueError, match="attention decoder"):
+        batch_beam_search(
+            torch.zeros(1, 3, 4),
+            torch.tensor([3]),
+            DecodeConfig(ctc_weight=0.5),
+            decoder=None,
+            ctc_logp=torch.zeros(1, 3, 5),
+            sos=4,
+            eos=4,
+        )
+
+
+# ---------------------------------------------------------------- AVSRModel (loss, config, decode)
+
+TINY_ENCODER = dict(
+    encoder_layers=1,
+    encoder_embed_dim=32,
+    encoder_ffn_embed_dim=64,
+    encoder_attention_heads=4,
+    conv_pos=4,
+    conv_pos_groups=4,
+    resnet_widths=[4, 4, 4, 4],
+    dropout=0.0,
+    dropout_input=0.0,
+    dropout_features=0.0,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+    encoder_layerdrop=0.0,
+    feature_grad_mult=1.0,
+    modality_dropout=0.0,
+)
+TINY_DECODER = dict(
+    decoder_layers=1,
+    decoder_embed_dim=32,
+    decoder_ffn_embed_dim=64,
+    decoder_attention_heads=4,
+    dropout=0.0,
+    activation_dropout=0.0,
+)
+
+
+def test_label_smoothing_loss_matches_kl_definition():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 3, 5)
+    target = torch.tensor([[1, 2, -1], [4, -1, -1]])
+    q = torch.full((2, 3, 5), 0.1 / 4).scatter(2, target.clamp(min=0)[..., None], 0.9)
+    kl = (q * (q.log() - torch.log_softmax(logits, -1))).sum(-1) * (target != -1)
+    assert float(label_smoothing_loss(logits, target, 0.1)) == pytest.approx(float(kl.sum() / 2), rel=1e-5)
+    got = label_smoothing_loss(logits, target, 0.1, normalize_length=True)
+    assert float(got) == pytest.approx(float(kl.sum() / 3), rel=1e-5)
+    assert float(label_smoothing_loss(logits, target, 0.0)) == pytest.approx(
+        float(F.cross_entropy(logits.view(-1, 5), target.view(-1), ignore_index=-1, reduction="sum") / 2),
+        rel=1e-5,
+    )
+
+
+def test_model_config_errors_name_the_key():
+    conf = dict(
+        vocab_size=8, encoder_conf=TINY_ENCODER, decoder_conf=TINY_DECODER, model_conf={"ctc_weight": 0.5}
+    )
+    model = AVSRModel.from_config(conf)
+    assert model.ctc_lo is not None and model.decoder is not None
+    with pytest.raises(ConfigError, match="decoder_conf.*decoder_layerz"):
+        AVSRModel.from_config(dict(conf, decoder_conf={"decoder_layerz": 1}), "m.yaml")
+    with pytest.raises(ConfigError, match="m.yaml.*lsm_wieght"):
+        AVSRModel.from_config(dict(conf, model_conf={"lsm_wieght": 0.1}), "m.yaml")
+    with pytest.raises(ConfigError, match="frontend"):
+        AVSRModel.from_config(dict(conf, frontend="x"))
+    with pytest.raises(ConfigError, match="encoder_layerz"):
+        AVSRModel.from_config(dict(conf, encoder_conf={"encoder_layerz": 1}))
+
+
+@pytest.mark.parametrize("ctc_weight", [0.0, 0.3, 1.0])
+def test_model_loss_stats_and_parts(ctc_weight):
+    torch.manual_seed(0)
+    model = AVSRModel(8, TINY_ENCODER, TINY_DECODER, ctc_weight=ctc_weight)
+    assert (model.ctc_lo is None) == (ctc_weight == 0) and (model.decoder is None) == (ctc_weight == 1)
+    audio = torch.randn(2, 104, 6)
+    ys = torch.tensor([[1, 2, 3], [4, 5, -1]])
+    loss, stats = model(audio, None, torch.tensor([6, 4]), ys, torch.tensor([3, 2]))
+    loss.backward()
+    assert set(stats) == {"loss", "loss_ctc", "loss_att", "acc"}
+    assert math.isfinite(stats["loss"]) and stats["loss"] == pytest.approx(float(loss.detach()))
+    if 0 < ctc_weight < 1:
+        assert stats["loss"] == pytest.approx(0.3 * stats["loss_ctc"] + 0.7 * stats["loss_att"], rel=1e-5)
+    assert math.isnan(stats["loss_att"]) == (ctc_weight == 1) and math.isnan(stats["loss_ctc"]) == (
+        ctc_weight == 0
+    )
+    with pytest.raises(ValueError, match="batch item 1"):
+        model(audio, None, torch.tensor([6, 4]), torch.tensor([[1, 2], [7, 1]]), torch.tensor([2, 2]))
+
+
+def test_tiny_model_overfits_two_utterances_and_decodes_them():
+    torch.manual_seed(0)
+    v = 10
+    model = AVSRModel(v, TINY_ENCODER, TINY_DECODER, ctc_weight=0.3, lsm_weight=0.0)
+    audio = torch.randn(2, 104, 8)
+    lens = torch.tensor([8, 6])
+    targets = [[3, 1, 4, 1, 5], [2, 6, 8]]
+    ys = torch.tensor([targets[0], targets[1] + [-1, -1]])
+    ys_lens = torch.tensor([5, 3])
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(60):
+        opt.zero_grad()
+        loss, stats = model(audio, None, lens, ys, ys_lens)
+        loss.backward()
+        opt.step()
+    assert stats["acc"] == 1.0
+    assert model.decode(audio, None, lens, DecodeConfig(beam_size=3, ctc_weight=0.3)) == targets
+    assert model.training  # decode restores the mode
+    assert model.decode(audio, None, lens, beam_size=2, ctc_weight=1.0) == targets
+    assert model.decode(audio, None, lens, beam_size=1, ctc_weight=0.0) == targets
