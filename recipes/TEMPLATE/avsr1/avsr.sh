@@ -102,13 +102,30 @@ stage_train() {
 }
 
 stage_decode() {
-  local noise_opt=()
+  # On CPU every modality is decoded by its own single-threaded process, all in parallel (the beam search's
+  # small tensor ops gain nothing from threads); on a GPU one process decodes them in turn.
+  local noise_opt=() dev=0
   [ -n "$test_noise" ] && noise_opt=(--noise-file "$test_noise" --noise-name "$noise_name" --snrs $test_snrs)
+  [ "$ngpu" -gt 0 ] && dev=1
+  local groups=("$modalities")
+  # shellcheck disable=SC2206
+  [ "$dev" -eq 0 ] && groups=($modalities)
   for t in $test_sets; do
-    # shellcheck disable=SC2086
-    "$python" -m avsr.bin.decode --exp-dir "$exp" --data "${data_dir}/${t}" --test-set "$t" \
-      --decode-config "$decode_config" --modalities $modalities --average-nbest "$average_nbest" \
-      --out "${exp}/decode" --ngpu "$([ "$ngpu" -gt 0 ] && echo 1 || echo 0)" "${noise_opt[@]}"
+    local pids=() logs=() failed=0 i
+    for i in "${!groups[@]}"; do
+      local lg="${exp}/logs/decode_${t}_${i}.log"
+      # shellcheck disable=SC2086
+      "$python" -m avsr.bin.decode --exp-dir "$exp" --data "${data_dir}/${t}" --test-set "$t" \
+        --decode-config "$decode_config" --modalities ${groups[$i]} --average-nbest "$average_nbest" \
+        --out "${exp}/decode" --ngpu "$dev" "${noise_opt[@]}" > "$lg" 2>&1 &
+      pids+=($!); logs+=("$lg")
+      log "decoding ${t} / ${groups[$i]} (pid $!, log ${lg})"
+    done
+    for i in "${!pids[@]}"; do
+      if ! wait "${pids[$i]}"; then log "decoding failed, see ${logs[$i]}:"; tail -n 20 "${logs[$i]}"; failed=1; fi
+    done
+    [ "$failed" -eq 0 ] || return 1
+    grep -h "utterances in" "${logs[@]}" || true
   done
 }
 

@@ -11,6 +11,13 @@ cd "$(dirname "$0")"
 . ./path.sh
 
 corpus_dir=corpus
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do  # the noise files live in the corpus: follow --corpus-dir
+  case "${args[$i]}" in
+    --corpus-dir|--corpus_dir) corpus_dir="${args[$((i + 1))]:-$corpus_dir}" ;;
+    --corpus-dir=*|--corpus_dir=*) corpus_dir="${args[$i]#*=}" ;;
+  esac
+done
 num_train=${num_train:-1500}
 num_valid=${num_valid:-100}
 num_test=${num_test:-200}
