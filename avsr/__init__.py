@@ -16,6 +16,9 @@ _LAZY = {
     "AVHubertEncoderConfig": "avsr.encoder",
     "GradMultiply": "avsr.autograd",
     "grad_multiply": "avsr.autograd",
+    "AVSRModel": "avsr.models.asr",
+    "DecodeConfig": "avsr.decode.beam_search",
+    "avhubert_audio_features": "avsr.features",
 }
 
 __all__ = sorted(_LAZY)

@@ -5,26 +5,26 @@
 #   ./run.sh                          # everything
 #   ./run.sh --stage 4 --stop_stage 4 # training only (resumes from exp/<tag>/checkpoint.pt)
 #   ./run.sh --ngpu 1                 # train and decode on a GPU
+#   ./run.sh --num-train 3000         # corpus size (also --num-valid, --num-test, --babble-seconds, --seed)
 # Any variable of ../../TEMPLATE/avsr1/avsr.sh can be set with --name value.
 set -euo pipefail
 cd "$(dirname "$0")"
 . ./path.sh
 
 corpus_dir=corpus
-args=("$@")
-for ((i = 0; i < ${#args[@]}; i++)); do  # the noise files live in the corpus: follow --corpus-dir
-  case "${args[$i]}" in
-    --corpus-dir|--corpus_dir) corpus_dir="${args[$((i + 1))]:-$corpus_dir}" ;;
-    --corpus-dir=*|--corpus_dir=*) corpus_dir="${args[$i]#*=}" ;;
+corpus_opts=(--num-train 1500 --num-valid 100 --num-test 200 --babble-seconds 60 --seed 0)
+rest=()
+while [ $# -gt 0 ]; do  # options of this corpus; the rest goes to the template
+  case "$1" in
+    --num-train|--num-valid|--num-test|--babble-seconds|--seed) corpus_opts+=("$1" "$2"); shift 2 ;;
+    --corpus-dir|--corpus_dir) corpus_dir="$2"; shift 2 ;;
+    *) rest+=("$1"); shift ;;
   esac
 done
-num_train=${num_train:-1500}
-num_valid=${num_valid:-100}
-num_test=${num_test:-200}
 
 ../../TEMPLATE/avsr1/avsr.sh \
   --corpus-dir "$corpus_dir" \
-  --local-data-opts "--num-train ${num_train} --num-valid ${num_valid} --num-test ${num_test}" \
+  --local-data-opts "${corpus_opts[*]}" \
   --train-set train --valid-set valid --test-sets test \
   --vocab-size 48 \
   --train-config conf/train/avsr_synthgrid_cpu.yaml \
@@ -32,4 +32,4 @@ num_test=${num_test:-200}
   --train-noise "${corpus_dir}/noise/babble_train.wav" \
   --test-noise "${corpus_dir}/noise/babble_test.wav" --noise-name babble --test-snrs "10 5 0 -5" \
   --modalities "audio video audiovisual" \
-  "$@"
+  "${rest[@]}"
