@@ -24,7 +24,8 @@ def train_sentencepiece(
     Args:
         texts: training sentences (transcripts without utterance ids).
         model_prefix: output path without extension.
-        vocab_size: number of pieces including ``<unk>`` (the token list adds ``<blank>`` and ``<sos/eos>``).
+        vocab_size: number of pieces including ``<unk>`` (the token list adds ``<blank>`` and ``<sos/eos>``);
+            a soft limit (sentencepiece's ``hard_vocab_limit=False``): a small corpus may yield fewer pieces.
         model_type: ``unigram`` (default, as ESPnet and AV-HuBERT's LRS3 recipe), ``bpe``, ``char`` or ``word``.
 
     Returns:
@@ -50,6 +51,7 @@ def train_sentencepiece(
         pad_id=-1,
         input_sentence_size=10_000_000,
         shuffle_input_sentence=True,
+        hard_vocab_limit=False,
         minloglevel=2,
     )
     return prefix.with_suffix(".model")

@@ -25,7 +25,8 @@ exp_dir=${exp_dir:-exp}
 train_set=${train_set:-train}
 valid_set=${valid_set:-valid}
 test_sets=${test_sets:-test}
-vocab_size=${vocab_size:-64}
+vocab_size=${vocab_size:-64}        # sentencepiece vocabulary (soft limit)
+bpemode=${bpemode:-unigram}         # unigram | bpe | char | word
 train_config=${train_config:-}
 decode_config=${decode_config:-}
 tag=${tag:-}                        # experiment name (default: the training config's name)
@@ -88,7 +89,7 @@ stage_datadirs() {
 
 stage_tokenizer() {
   "$python" -m avsr.bin.tokenizer --text "${data_dir}/${train_set}/text" --out "$token_dir" \
-    --vocab-size "$vocab_size"
+    --vocab-size "$vocab_size" --model-type "$bpemode"
 }
 
 stage_train() {

@@ -26,7 +26,7 @@ done
   --corpus-dir "$corpus_dir" \
   --local-data-opts "${corpus_opts[*]}" \
   --train-set train --valid-set valid --test-sets test \
-  --vocab-size 48 \
+  --vocab-size 120 --bpemode bpe \
   --train-config conf/train/avsr_synthgrid_cpu.yaml \
   --decode-config conf/decode/default.yaml \
   --train-noise "${corpus_dir}/noise/babble_train.wav" \

@@ -1,0 +1,305 @@
+"""Generate the SynthGRID corpus: parallel, deterministic given the seed, resumable.
+
+Layout (see INTERFACES.md): ``<corpus>/<split>/<spk>/<utt>.{wav,mp4,txt,phn}`` for the splits train, valid,
+test (disjoint speakers), ``<corpus>/noise/babble_train.wav`` and ``babble_test.wav`` (babble of extra
+speakers, different ones for train and test), ``<corpus>/speakers.json`` (speaker id -> split, voice,
+prosody, appearance), ``<corpus>/synthgrid.json`` (the configuration) and ``<corpus>/.done`` at the end.
+
+Every random choice is seeded by ``(seed, split, index)`` of the utterance, never by the order of work, so
+the corpus is the same for any number of workers. Work is cut into batches of utterances of one voice, one
+festival process per batch, spread over ``nj`` processes. An utterance whose four files exist is skipped,
+every file is written atomically, so an interrupted run is resumed by running the same command again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import multiprocessing
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from avsr.data.media import write_wav
+from avsr.data.synthgrid.babble import mix_babble, trim_silence
+from avsr.data.synthgrid.festival import VOICES, synthesize
+from avsr.data.synthgrid.grammar import festival_text, sample_sentence
+from avsr.data.synthgrid.speakers import Speaker, make_speakers
+from avsr.data.synthgrid.utterance import (
+    SAMPLE_RATE,
+    UttSpec,
+    normalise_level,
+    write_text_atomic,
+    write_utterance,
+)
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "valid", "test")
+BABBLE_SETS = ("babble_train", "babble_test")
+
+
+@dataclass(frozen=True)
+class SynthGridConfig:
+    """Sizes and randomness of a SynthGRID corpus (everything that changes its content).
+
+    Attributes:
+        num_train, num_valid, num_test: utterances per split (>= 0).
+        train_speakers, valid_speakers, test_speakers: speakers per split (>= 1); utterances go round-robin.
+        babble_speakers: speakers of each babble set (train babble and test babble have their own).
+        babble_seconds: length of each babble file in seconds (0: no babble files).
+        babble_overlap: number of simultaneous talkers in the babble.
+        seed: random seed.
+        nuisance: strength of the per-utterance video nuisance (head motion, lighting, noise; 0 = none).
+        target_jitter: token-to-token variation of the viseme targets (articulatory units).
+    """
+
+    num_train: int = 1500
+    num_valid: int = 100
+    num_test: int = 200
+    train_speakers: int = 24
+    valid_speakers: int = 4
+    test_speakers: int = 6
+    babble_speakers: int = 4
+    babble_seconds: float = 60.0
+    babble_overlap: int = 6
+    seed: int = 0
+    nuisance: float = 1.0
+    target_jitter: float = 0.05
+
+    def check(self) -> None:
+        """Raise ValueError naming the first invalid field."""
+        for name in ("num_train", "num_valid", "num_test"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SynthGRID config: {name} must be >= 0, got {getattr(self, name)}")
+        for name in (
+            "train_speakers",
+            "valid_speakers",
+            "test_speakers",
+            "babble_speakers",
+            "babble_overlap",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SynthGRID config: {name} must be >= 1, got {getattr(self, name)}")
+        for name in ("babble_seconds", "nuisance", "target_jitter"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"SynthGRID config: {name} must be >= 0, got {getattr(self, name)}")
+
+    def speakers(self) -> list[Speaker]:
+        """All speakers (corpus splits and babble sets)."""
+        counts = {
+            "train": self.train_speakers,
+            "valid": self.valid_speakers,
+            "test": self.test_speakers,
+            "babble_train": self.babble_speakers,
+            "babble_test": self.babble_speakers,
+        }
+        return make_speakers(counts, self.seed)
+
+
+def plan_utterances(config: SynthGridConfig, speakers: list[Speaker]) -> list[UttSpec]:
+    """The utterances of the corpus splits: utterance j of a split goes to speaker ``j mod S``.
+
+    Returns:
+        specs in split order, then index; sentence and rendering randomness seeded by (seed, split, j).
+    """
+    specs = []
+    for split_index, split in enumerate(SPLITS):
+        members = [s for s in speakers if s.split == split]
+        for j in range(getattr(config, f"num_{split}")):
+            words = sample_sentence(np.random.default_rng([config.seed, split_index, j]))
+            speaker = members[j % len(members)]
+            specs.append(
+                UttSpec.make(split, speaker, j // len(members), words, (config.seed, split_index, j, 1))
+            )
+    return specs
+
+
+def plan_babble(config: SynthGridConfig, speakers: list[Speaker]) -> dict[str, list[UttSpec]]:
+    """The utterances to synthesise for each babble set (about ``seconds * overlap / 1.5 s`` of them)."""
+    if config.babble_seconds <= 0:
+        return {}
+    count = max(1, math.ceil(config.babble_seconds * config.babble_overlap / 1.5))
+    plans = {}
+    for set_index, name in enumerate(BABBLE_SETS):
+        members = [s for s in speakers if s.split == name]
+        plans[name] = [
+            UttSpec.make(
+                name,
+                members[j % len(members)],
+                j // len(members),
+                sample_sentence(np.random.default_rng([config.seed, 100 + set_index, j])),
+                (config.seed, 100 + set_index, j, 1),
+            )
+            for j in range(count)
+        ]
+    return plans
+
+
+def _batches(specs: list[UttSpec], batch_size: int) -> list[list[UttSpec]]:
+    """Cut specs into batches of at most ``batch_size`` utterances of one voice (one festival run each)."""
+    ordered = sorted(specs, key=lambda s: (s.speaker.voice, s.speaker.id, s.utt_id))
+    batches: list[list[UttSpec]] = []
+    for spec in ordered:
+        if (
+            not batches
+            or len(batches[-1]) >= batch_size
+            or batches[-1][0].speaker.voice != spec.speaker.voice
+        ):
+            batches.append([])
+        batches[-1].append(spec)
+    return batches
+
+
+def _corpus_job(job: tuple[list[UttSpec], str, float, float]) -> tuple[str, int, list]:
+    """Worker: synthesise and write one batch of corpus utterances."""
+    specs, root, nuisance, jitter = job
+    results = synthesize([s.speaker.request(s.utt_id, festival_text(s.words)) for s in specs])
+    for spec, result in zip(specs, results):
+        write_utterance(spec, result, Path(root), nuisance, jitter)
+    return "corpus", len(specs), []
+
+
+def _babble_job(job: tuple[list[UttSpec], str]) -> tuple[str, int, list]:
+    """Worker: synthesise one batch of babble utterances, return them level-normalised and trimmed."""
+    specs, name = job
+    results = synthesize([s.speaker.request(s.utt_id, festival_text(s.words)) for s in specs])
+    wavs = [
+        (spec.utt_id, trim_silence(normalise_level(r.wav, spec.speaker.level_db, r.segments), r.segments))
+        for spec, r in zip(specs, results)
+    ]
+    return name, len(specs), wavs
+
+
+def _job_cost(job: tuple) -> float:
+    """Rough CPU cost of a job in ms (HTS synthesis ~45 ms per utterance, diphone ~5, video ~40)."""
+    kind, payload = job
+    specs = payload[0]
+    per_utt = (45.0 if VOICES[specs[0].speaker.voice][0] == "hts" else 5.0) + (
+        40.0 if kind == "corpus" else 0.0
+    )
+    return 200.0 + per_utt * len(specs)
+
+
+def _run_job(job: tuple) -> tuple[str, int, list]:
+    kind, payload = job
+    return _corpus_job(payload) if kind == "corpus" else _babble_job(payload)
+
+
+def _check_previous_config(root: Path, config: SynthGridConfig) -> None:
+    """Refuse to resume into a directory generated with another configuration."""
+    path = root / "synthgrid.json"
+    wanted = dataclasses.asdict(config)
+    if path.is_file():
+        found = json.loads(path.read_text())
+        if found != wanted:
+            diff = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
+            raise ValueError(
+                f"{root} holds a SynthGRID corpus generated with another configuration (key: (found, wanted) "
+                f"{diff}); use another --out directory or delete {root}"
+            )
+    else:
+        write_text_atomic(path, json.dumps(wanted, indent=2) + "\n")
+
+
+def generate(
+    root: str | Path, config: SynthGridConfig, nj: int = 1, batch_size: int = 50, progress: bool = True
+) -> dict[str, int]:
+    """Generate (or complete) a SynthGRID corpus under ``root``.
+
+    Args:
+        root: corpus directory (created if missing).
+        config: sizes and randomness; must match the one of an existing corpus in ``root``.
+        nj: worker processes (1: run in this process).
+        batch_size: utterances per festival process.
+        progress: show a tqdm progress bar.
+
+    Returns:
+        counts: ``{"generated": n, "skipped": n, "babble_utterances": n}``.
+
+    Raises:
+        ValueError: invalid config, or ``root`` holds a corpus of another configuration.
+        avsr.data.synthgrid.festival.FestivalError: festival missing or failing (names the utterance).
+        avsr.data.media.MediaError: a file cannot be written.
+    """
+    config.check()
+    if nj < 1 or batch_size < 1:
+        raise ValueError(f"nj and batch_size must be >= 1, got {nj} and {batch_size}")
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    _check_previous_config(root, config)
+    speakers = config.speakers()
+    write_text_atomic(
+        root / "speakers.json", json.dumps({s.id: s.to_dict() for s in speakers}, indent=1) + "\n"
+    )
+    (root / ".done").unlink(missing_ok=True)
+
+    specs = plan_utterances(config, speakers)
+    pending = [s for s in specs if not s.is_complete(root)]
+    babble = {
+        name: plan
+        for name, plan in plan_babble(config, speakers).items()
+        if not (root / "noise" / f"{name}.wav").is_file()
+    }
+    logger.info(
+        "SynthGRID in %s: %d utterances (%d to generate, %d already there), %d babble utterances, %d workers",
+        root,
+        len(specs),
+        len(pending),
+        len(specs) - len(pending),
+        sum(map(len, babble.values())),
+        nj,
+    )
+    jobs = [
+        ("corpus", (batch, str(root), config.nuisance, config.target_jitter))
+        for batch in _batches(pending, batch_size)
+    ]
+    for name, plan in babble.items():
+        jobs += [("babble", (batch, name)) for batch in _batches(plan, batch_size)]
+    jobs.sort(key=_job_cost, reverse=True)  # longest first: the workers finish together
+
+    start = time.time()
+    babble_wavs: dict[str, list] = {name: [] for name in babble}
+    total = len(pending) + sum(map(len, babble.values()))
+    with tqdm(total=total, desc="SynthGRID", unit="utt", disable=not progress) as bar:
+        if nj == 1:
+            results = map(_run_job, jobs)
+            pool = None
+        else:
+            pool = multiprocessing.get_context().Pool(nj)
+            results = pool.imap_unordered(_run_job, jobs)
+        try:
+            for kind, count, wavs in results:
+                if kind != "corpus":
+                    babble_wavs[kind] += wavs
+                bar.update(count)
+        finally:
+            if pool is not None:
+                pool.terminate()
+                pool.join()
+
+    for name, wavs in babble_wavs.items():
+        wavs = [w for _, w in sorted(wavs, key=lambda item: item[0])]
+        rng = np.random.default_rng([config.seed, 200 + BABBLE_SETS.index(name)])
+        mix = mix_babble(wavs, int(config.babble_seconds * SAMPLE_RATE), config.babble_overlap, rng)
+        (root / "noise").mkdir(exist_ok=True)
+        write_wav(root / "noise" / f"{name}.wav", mix, SAMPLE_RATE)
+    write_text_atomic(
+        root / ".done", json.dumps({"utterances": len(specs), "seconds": time.time() - start}) + "\n"
+    )
+    logger.info(
+        "SynthGRID done in %.1f s: %d generated, %d skipped",
+        time.time() - start,
+        len(pending),
+        len(specs) - len(pending),
+    )
+    return {
+        "generated": len(pending),
+        "skipped": len(specs) - len(pending),
+        "babble_utterances": sum(map(len, babble.values())),
+    }

@@ -1,0 +1,88 @@
+"""Trainer: learning-rate schedule, checkpoints, averaging, and exact resumption after an interruption."""
+
+import numpy as np
+import pytest
+import torch
+
+from avsr.config import ConfigError
+from avsr.data.dataset import AVDataset
+from avsr.data.tokenizer import Tokenizer, train_sentencepiece
+from avsr.models.asr import AVSRModel
+from avsr.train.checkpoint import average_state_dicts, epoch_checkpoints, load_checkpoint, save_atomic
+from avsr.train.trainer import Trainer, TrainConfig, load_train_config, lr_lambda
+from tests.test_data import WORDS, make_utt
+
+MODEL = {
+    "encoder_conf": dict(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32,
+                         encoder_attention_heads=2, conv_pos=4, conv_pos_groups=2, resnet_widths=[2, 2, 4, 4],
+                         modality_dropout=0.5, audio_dropout=0.5),
+    "decoder_conf": dict(decoder_layers=1, decoder_embed_dim=16, decoder_ffn_embed_dim=32,
+                         decoder_attention_heads=2),
+    "model_conf": dict(ctc_weight=0.3),
+}
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trainer")
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(WORDS, 6)) for _ in range(8)]
+    tok = Tokenizer(train_sentencepiece(texts * 20, root / "bpe", vocab_size=24))
+    utts = [make_utt(root, f"s1_{i}", frames=6 + i, text=t) for i, t in enumerate(texts)]
+    return tok, utts
+
+
+def make_trainer(tok, utts, exp_dir, max_epoch):
+    torch.manual_seed(0)
+    config = {"vocab_size": tok.vocab_size, **MODEL}
+    model = AVSRModel.from_config(config)
+    cfg = TrainConfig(max_epoch=max_epoch, batch_frames=40, warmup_steps=2, lr=1e-3, log_interval=1)
+    return Trainer(model, config, AVDataset(utts, tok, train=True), AVDataset(utts[:2], tok), cfg, exp_dir)
+
+
+def test_resumed_training_equals_uninterrupted_training(setup, tmp_path):
+    tok, utts = setup
+    straight = make_trainer(tok, utts, tmp_path / "a", max_epoch=2)
+    straight.run()
+    first = make_trainer(tok, utts, tmp_path / "b", max_epoch=2)
+    first.cfg.max_epoch = 1  # "killed" after one epoch
+    first.run()
+    resumed = make_trainer(tok, utts, tmp_path / "b", max_epoch=2)
+    assert resumed.resume() and resumed.epoch == 1 and resumed.step == first.step
+    resumed.run()
+    assert resumed.step == straight.step
+    for (k, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=k)
+    assert [n for n, _ in epoch_checkpoints(tmp_path / "b")] == [1, 2]
+    ckpt = load_checkpoint(tmp_path / "b" / "epoch2.pt")
+    assert ckpt["model_config"]["vocab_size"] == tok.vocab_size and "acc" in ckpt["valid"]
+    assert len((tmp_path / "b" / "train_log.jsonl").read_text().splitlines()) == 2
+
+
+def test_checkpoint_average_and_truncated_file(tmp_path):
+    save_atomic({"model": {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(1)}}, tmp_path / "epoch1.pt")
+    save_atomic({"model": {"w": torch.tensor([3.0, 6.0]), "n": torch.tensor(2)}}, tmp_path / "epoch2.pt")
+    avg = average_state_dicts([tmp_path / "epoch1.pt", tmp_path / "epoch2.pt"])
+    assert torch.equal(avg["w"], torch.tensor([2.0, 4.0])) and int(avg["n"]) == 2
+    data = (tmp_path / "epoch2.pt").read_bytes()
+    (tmp_path / "bad.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(RuntimeError, match=r"bad\.pt"):
+        load_checkpoint(tmp_path / "bad.pt")
+    assert not list(tmp_path.glob(".*tmp*"))  # no temporary files left behind
+
+
+def test_lr_schedule_warms_up_then_decays():
+    values = [lr_lambda(s, warmup=10, total=100, final_scale=0.1) for s in range(100)]
+    assert values[0] == pytest.approx(0.1) and values[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(values[10:], values[11:]))
+    assert lr_lambda(100, 10, 100, 0.1) == pytest.approx(0.1)
+
+
+def test_train_config_unknown_key_is_named(tmp_path):
+    (tmp_path / "t.yaml").write_text("max_epochs: 3\nencoder_conf: {encoder_layers: 1}\n")
+    with pytest.raises(ConfigError, match=r"t\.yaml.*'max_epochs'"):
+        load_train_config(tmp_path / "t.yaml")
+    (tmp_path / "m.yaml").write_text("max_epoch: 3\nencoder_conf: {encoder_layer: 1}\n")
+    cfg, model_part = load_train_config(tmp_path / "m.yaml")
+    with pytest.raises(ConfigError, match="encoder_layer"):
+        AVSRModel.from_config({"vocab_size": 10, **model_part})
