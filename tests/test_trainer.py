@@ -78,6 +78,22 @@ def test_lr_schedule_warms_up_then_decays():
     assert lr_lambda(100, 10, 100, 0.1) == pytest.approx(0.1)
 
 
+def test_train_config_takes_the_model_from_a_model_yaml(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "train").mkdir()
+    (tmp_path / "model" / "m.yaml").write_text("encoder_conf: {encoder_layers: 2, encoder_embed_dim: 32}\n"
+                                               "model_conf: {ctc_weight: 0.5}\n")
+    (tmp_path / "train" / "t.yaml").write_text("model_config: ../model/m.yaml\nmax_epoch: 3\n"
+                                               "encoder_conf: {encoder_layers: 1}\n")
+    cfg, model_part = load_train_config(tmp_path / "train" / "t.yaml")
+    assert cfg.max_epoch == 3
+    assert model_part == {"encoder_conf": {"encoder_layers": 1, "encoder_embed_dim": 32},
+                          "model_conf": {"ctc_weight": 0.5}}
+    (tmp_path / "model" / "m.yaml").write_text("encoder_cfg: {}\n")
+    with pytest.raises(ConfigError, match=r"m\.yaml.*'encoder_cfg'"):
+        load_train_config(tmp_path / "train" / "t.yaml")
+
+
 def test_train_config_unknown_key_is_named(tmp_path):
     (tmp_path / "t.yaml").write_text("max_epochs: 3\nencoder_conf: {encoder_layers: 1}\n")
     with pytest.raises(ConfigError, match=r"t\.yaml.*'max_epochs'"):

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from avsr.config import ConfigError, from_dict, load_yaml
+from avsr.config import ConfigError, check_keys, from_dict, load_yaml
 from avsr.data.dataset import AVDataset, BucketBatchSampler, NoiseConfig, collate
 from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
 
@@ -77,11 +77,24 @@ class TrainConfig:
 def load_train_config(path: str | os.PathLike) -> tuple[TrainConfig, dict]:
     """Read a training YAML: loop settings into :class:`TrainConfig`, model settings returned as a dict.
 
+    The model settings are the ``encoder_conf``, ``decoder_conf`` and ``model_conf`` mappings. They can
+    come from a model YAML named by ``model_config`` (a path relative to the training YAML, e.g.
+    ``../model/avsr_synthgrid_cpu.yaml``); keys given in the training YAML itself override its keys.
+
     Raises:
-        ConfigError: an unknown key (named, with the file).
+        ConfigError: an unknown key (named, with the file), or a missing model YAML.
     """
+    path = Path(path)
     data = load_yaml(path)
-    model_part = {k: data.pop(k) for k in MODEL_KEYS if k in data}
+    model_part: dict = {}
+    if "model_config" in data:
+        model_path = path.resolve().parent / str(data.pop("model_config"))
+        base = load_yaml(model_path)
+        check_keys(base, MODEL_KEYS, str(model_path))
+        model_part = {k: dict(v or {}) for k, v in base.items()}
+    for k in MODEL_KEYS:
+        if k in data:
+            model_part[k] = {**model_part.get(k, {}), **(data.pop(k) or {})}
     cfg = from_dict(TrainConfig, data, where=str(path))
     cfg.betas = tuple(cfg.betas)
     return cfg, model_part

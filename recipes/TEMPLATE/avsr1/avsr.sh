@@ -131,7 +131,14 @@ stage_decode() {
 }
 
 stage_score() {
-  "$python" -m avsr.bin.score --decode-dir "${exp}/decode" --out "$exp"
+  # notes for RESULTS.md: the recipe's own (local/results_notes.md) and the wall time of each stage so far
+  local notes=""
+  [ -f local/results_notes.md ] && notes="$(cat local/results_notes.md)"$'\n\n'
+  if [ -f "$times" ]; then
+    notes+="Stage wall times (s), last run of each: "
+    notes+="$(awk -F'\t' '$1 != 6 {t[$1] = $2 ": " $3} END {for (k = 1; k <= 20; k++) if (k in t) printf "%d %s; ", k, t[k]}' "$times")"
+  fi
+  "$python" -m avsr.bin.score --decode-dir "${exp}/decode" --out "$exp" --notes "$notes"
 }
 
 run_stage 1 "corpus preparation" stage_corpus
