@@ -245,6 +245,26 @@ class AVHubertEncoder(nn.Module):
         conf = {**data, **overrides}
         return cls(config=from_dict(AVHubertEncoderConfig, conf, where))
 
+    @classmethod
+    def from_pretrained(
+        cls, path: str | os.PathLike, map_location: str | torch.device = "cpu"
+    ) -> AVHubertEncoder:
+        """Load the encoder of a checkpoint, with the architecture stored in it, in eval mode.
+
+        Accepts official fairseq AV-HuBERT checkpoints -- pretraining (``av_hubert``) and fine-tuned
+        (``av_hubert_seq2seq``, ``av_hubert_ctc``, whose architecture is in ``cfg.model.w2v_args``) -- and
+        avsr's own (an ``AVSRModel`` checkpoint or an encoder written by ``avsr-convert``). Loading is safe
+        (``torch.load(weights_only=True)``); see :mod:`avsr.compat` for the key mapping.
+
+        Raises:
+            FileNotFoundError: no such file.
+            avsr.compat.CheckpointError: truncated or not a checkpoint, not an AV-HuBERT one, an unsupported
+                configuration field (named), or weights that do not fit (keys named).
+        """
+        from avsr.compat import load_encoder
+
+        return load_encoder(path, map_location)
+
     def output_size(self) -> int:
         """D, the size of the output vectors (``encoder_embed_dim``)."""
         return self.config.encoder_embed_dim

@@ -111,7 +111,8 @@ def stack_frames(feats: torch.Tensor, stack_order: int = 4) -> torch.Tensor:
         stack_order: frames per stacked frame (4 turns 100 Hz into 25 Hz).
 
     Returns:
-        (ceil(T / stack_order), stack_order * F), frame-major: ``out[t] = concat(feats[4t], ..., feats[4t+3])``.
+        (ceil(T / stack_order), stack_order * F), frame-major:
+        ``out[t] = concat(feats[4t], ..., feats[4t+3])``.
     """
     t, f = feats.shape
     res = (-t) % stack_order
@@ -166,7 +167,8 @@ def avhubert_audio_features(
 def crop_video(
     frames: torch.Tensor, size: int = CROP_SIZE, train: bool = False, generator: torch.Generator | None = None
 ) -> torch.Tensor:
-    """Crop square ROI frames to ``size`` (AV-HuBERT's CenterCrop at eval, RandomCrop + HorizontalFlip in training).
+    """Crop square ROI frames to ``size`` (AV-HuBERT's CenterCrop at eval, RandomCrop + HorizontalFlip in
+    training).
 
     Args:
         frames: (T, H, W) any dtype, H and W >= size.

@@ -9,7 +9,7 @@ from avsr.data.dataset import AVDataset
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.models.asr import AVSRModel
 from avsr.train.checkpoint import average_state_dicts, epoch_checkpoints, load_checkpoint, save_atomic
-from avsr.train.trainer import Trainer, TrainConfig, load_train_config, lr_lambda
+from avsr.train.trainer import TrainConfig, Trainer, load_train_config, lr_lambda
 from tests.test_data import WORDS, make_utt
 
 MODEL = {

@@ -8,10 +8,16 @@ every run decodes the same noisy audio. Video-only input does not depend on the 
 once and its hypotheses are written for every condition.
 
 The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
-accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``.
+accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``: an avsr checkpoint or an official fine-tuned
+AV-HuBERT one (fairseq ``av_hubert_seq2seq``/``av_hubert_ctc``, read by :mod:`avsr.compat`) with its
+sentencepiece model as ``--bpemodel`` (default: the one pickled in the checkpoint). Decode such a model with
+``conf/decode/avhubert_s2s.yaml`` (fairseq's beam search, as AV-HuBERT's ``infer_s2s.py``); its lower-case
+hypotheses are upper-cased, as avsr's references.
 
 Usage: ``python -m avsr.bin.decode --exp-dir exp/x --data data/test --test-set test --decode-config
-conf/decode/default.yaml [--noise-file babble.wav --snrs 10 5 0 -5] --out exp/x/decode``
+conf/decode/default.yaml [--noise-file babble.wav --snrs 10 5 0 -5] --out exp/x/decode``, or
+``python -m avsr.bin.decode --checkpoint large_vox_433h.pt --bpemodel spm_unigram1000.model --data data/test
+--decode-config conf/decode/avhubert_s2s.yaml --out decode``
 """
 
 from __future__ import annotations
@@ -66,6 +72,21 @@ def load_model(exp_dir: Path, checkpoint: Path | None, nbest: int, device: torch
     return model.to(device).eval()
 
 
+def load_checkpoint_model(checkpoint: Path, bpemodel: Path | None, device: torch.device):
+    """Model and tokenizer of one checkpoint (avsr's or an official AV-HuBERT one), the model in eval mode.
+
+    Raises:
+        FileNotFoundError, avsr.compat.CheckpointError: see :func:`avsr.compat.read_checkpoint`,
+            :func:`avsr.compat.tokenizer_for`.
+    """
+    from avsr.compat import build_asr_model, read_checkpoint, tokenizer_for
+
+    loaded = read_checkpoint(checkpoint)
+    logger.info("model from %s (%s)", checkpoint, loaded.kind)
+    model = build_asr_model(loaded, bpemodel=bpemodel)
+    return model.to(device).eval(), tokenizer_for(model, loaded, bpemodel)
+
+
 def write_text_atomic(path: Path, mapping: dict[str, str]) -> None:
     """Kaldi text file, sorted by key, written through a temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -77,7 +98,7 @@ def decode_dataset(
     model,
     dataset: AVDataset,
     modality: str,
-    tokenizer: Tokenizer,
+    tokenizer,
     decode_cfg,
     batch_frames: int,
     device: torch.device,
@@ -86,8 +107,13 @@ def decode_dataset(
     """Hypotheses (utt-id -> words) for every utterance of ``dataset``, fed through ``modality``'s inputs.
 
     Batches are length-bucketed (at most ``batch_frames`` padded frames); the beam search runs batched over
-    the utterances of a batch.
+    the utterances of a batch. ``tokenizer`` is a :class:`Tokenizer` or an
+    :class:`avsr.compat.FairseqTokenizer` (whose lower-case text, as AV-HuBERT writes it, is upper-cased like
+    avsr's references).
     """
+    from avsr.compat import FairseqTokenizer
+
+    upper = isinstance(tokenizer, FairseqTokenizer)
     lengths = [dataset.num_frames(i) for i in range(len(dataset))]
     sampler = BucketBatchSampler(lengths, batch_frames, shuffle=False)
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
@@ -98,7 +124,8 @@ def decode_dataset(
         video = batch["video"].to(device) if "video" in use else None
         token_ids = model.decode(audio, video, batch["lengths"].to(device), decode_cfg)
         for utt_id, ids in zip(batch["utt_ids"], token_ids):
-            hyps[utt_id] = tokenizer.decode(list(ids))
+            text = tokenizer.decode(list(ids))
+            hyps[utt_id] = text.upper() if upper else text
     return hyps
 
 
@@ -107,12 +134,13 @@ def main(argv: list[str] | None = None) -> None:
     from avsr.decode.beam_search import DecodeConfig
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--exp-dir", required=True, type=Path)
+    p.add_argument("--exp-dir", type=Path, default=None, help="training dir (needed without --checkpoint)")
     p.add_argument("--data", required=True, type=Path, help="test data dir")
     p.add_argument("--test-set", default=None, help="name in the results (default: data dir name)")
     p.add_argument("--decode-config", required=True, type=Path)
     p.add_argument("--bpemodel", type=Path, default=None, help="default: <exp-dir>/bpe.model")
-    p.add_argument("--checkpoint", type=Path, default=None, help="decode this checkpoint, no averaging")
+    p.add_argument("--checkpoint", type=Path, default=None,
+                   help="decode this checkpoint (avsr's or an official AV-HuBERT one), no averaging")
     p.add_argument("--average-nbest", type=int, default=5)
     p.add_argument("--modalities", nargs="+", default=list(MODALITY_INPUTS), choices=list(MODALITY_INPUTS))
     p.add_argument("--noise-file", type=Path, default=None)
@@ -125,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
                    help="CPU threads (the beam search's small tensor ops run fastest on 1; run modalities in "
                    "parallel processes instead)")
     args = p.parse_args(argv)
+    if args.exp_dir is None and args.checkpoint is None:
+        p.error("give --exp-dir (checkpoint averaging) or --checkpoint")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     device = torch.device("cuda" if args.ngpu > 0 else "cpu")
@@ -133,7 +163,12 @@ def main(argv: list[str] | None = None) -> None:
     if device.type == "cpu":
         torch.set_num_threads(args.num_threads)
     decode_cfg = DecodeConfig.from_yaml(args.decode_config)
-    tokenizer = Tokenizer(args.bpemodel or args.exp_dir / "bpe.model")
+    model = None
+    if args.checkpoint is not None:
+        bpemodel = args.bpemodel or (args.exp_dir / "bpe.model" if args.exp_dir is not None else None)
+        model, tokenizer = load_checkpoint_model(args.checkpoint, bpemodel, device)
+    else:
+        tokenizer = Tokenizer(args.bpemodel or args.exp_dir / "bpe.model")
     test_set = args.test_set or args.data.name
     utts = read_datadir(args.data)
     refs = {u.utt_id: u.text for u in utts}
@@ -145,7 +180,6 @@ def main(argv: list[str] | None = None) -> None:
             name = f"{args.noise_name}_{snr:g}"
             conditions.append((name, NoiseConfig(source, prob=1.0, snr_db=[snr], fixed=True)))
 
-    model = None
     for modality in args.modalities:
         video_hyps: dict[str, str] | None = None
         for cond, noise in conditions:

@@ -49,7 +49,8 @@ def read_kaldi_map(path: str | os.PathLike, allow_empty_value: bool = False) -> 
     """Read a Kaldi ``<key> <value...>`` file into an ordered dict.
 
     Raises:
-        DataDirError: a line has no value (unless ``allow_empty_value``) or a key repeats; names file and line.
+        DataDirError: a line has no value (unless ``allow_empty_value``) or a key repeats; the message
+            names the file and line.
     """
     path = Path(path)
     out: dict[str, str] = {}

@@ -1,4 +1,5 @@
-"""Additive noise at a chosen signal-to-noise ratio (babble, music, ...), for augmentation and test conditions.
+"""Additive noise at a chosen signal-to-noise ratio (babble, music, ...), for augmentation and test
+conditions.
 
 As in AV-HuBERT's noise fine-tuning and evaluation (``hubert_dataset.py``, ``add_noise``): a noise segment of
 the utterance's length is cut from a long noise recording and scaled so that

@@ -26,7 +26,8 @@ def train_sentencepiece(
         model_prefix: output path without extension.
         vocab_size: number of pieces including ``<unk>`` (the token list adds ``<blank>`` and ``<sos/eos>``);
             a soft limit (sentencepiece's ``hard_vocab_limit=False``): a small corpus may yield fewer pieces.
-        model_type: ``unigram`` (default, as ESPnet and AV-HuBERT's LRS3 recipe), ``bpe``, ``char`` or ``word``.
+        model_type: ``unigram`` (default, as ESPnet and AV-HuBERT's LRS3 recipe), ``bpe``, ``char`` or
+            ``word``.
 
     Returns:
         Path of the ``.model`` file.

@@ -58,6 +58,15 @@ class DecodeConfig:
         ctc_scoring: "partial" (CTC scores the pre-beam of the attention decoder, plus eos) or "full"
             (the whole vocabulary). CTC-only decoding always scores the whole vocabulary.
         pre_beam_ratio: pre-beam size = ``int(pre_beam_ratio * beam_size)`` for partial scoring.
+        search: ``espnet`` (the joint CTC/attention search above, with the options so far) or ``fairseq``
+            (fairseq's ``SequenceGenerator`` as AV-HuBERT decodes: attention only, so ``ctc_weight`` must be
+            0; see :mod:`avsr.decode.fairseq_search`), which uses ``beam_size``, ``nbest`` and:
+        lenpen: fairseq's length penalty: a finished hypothesis scores ``sum log p / len ** lenpen``.
+        max_len_a, max_len_b: fairseq's maximum output length ``int(max_len_a * src_len + max_len_b)``
+            tokens (fairseq's defaults 0 and 200; AV-HuBERT's ``s2s_decode.yaml``: 1.0 and 0).
+        min_len: fairseq's minimum output length (``</s>`` refused before it).
+        unkpen: subtracted from the log-probability of ``<unk>`` (fairseq ``--unkpen``).
+        normalize_scores: divide by ``len ** lenpen`` (fairseq's default; ``--unnormalized`` turns it off).
 
     Raises:
         ValueError: a value out of range (named).
@@ -71,6 +80,13 @@ class DecodeConfig:
     nbest: int = 1
     ctc_scoring: str = "partial"
     pre_beam_ratio: float = 1.5
+    search: str = "espnet"
+    lenpen: float = 1.0
+    max_len_a: float = 0.0
+    max_len_b: int = 200
+    min_len: int = 1
+    unkpen: float = 0.0
+    normalize_scores: bool = True
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -85,6 +101,15 @@ class DecodeConfig:
             raise ValueError(f"ctc_scoring must be 'partial' or 'full', got {self.ctc_scoring!r}")
         if self.pre_beam_ratio <= 0:
             raise ValueError(f"pre_beam_ratio must be > 0, got {self.pre_beam_ratio}")
+        if self.search not in ("espnet", "fairseq"):
+            raise ValueError(f"search must be 'espnet' or 'fairseq', got {self.search!r}")
+        if self.search == "fairseq" and self.ctc_weight != 0:
+            raise ValueError(
+                f"search 'fairseq' is attention-only (fairseq's SequenceGenerator): set ctc_weight to 0, "
+                f"got {self.ctc_weight}"
+            )
+        if self.min_len < 0:
+            raise ValueError(f"min_len must be >= 0, got {self.min_len}")
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, **overrides) -> DecodeConfig:
@@ -149,8 +174,12 @@ def batch_beam_search(
     sos: int,
     eos: int,
     blank: int = 0,
+    pad: int | None = None,
+    unk: int | None = None,
+    src_len: int | None = None,
 ) -> list[list[Hypothesis]]:
-    """Joint CTC/attention beam search over a batch of utterances.
+    """Joint CTC/attention beam search over a batch of utterances (or, with ``config.search == "fairseq"``,
+    fairseq's beam search: :func:`avsr.decode.fairseq_search.fairseq_beam_search`).
 
     Args:
         memory: ``(B, T, D)`` encoder output (the decoder's cross-attention input).
@@ -159,7 +188,10 @@ def batch_beam_search(
         decoder: the attention decoder (put in eval mode by the caller); None only when
             ``config.ctc_weight == 1``.
         ctc_logp: ``(B, T, V)`` CTC log-probabilities; None only when ``config.ctc_weight == 0``.
-        sos, eos, blank: token ids (``sos == eos == V - 1`` and ``blank == 0`` in avsr).
+        sos, eos, blank: token ids (``sos == eos == V - 1`` and ``blank == 0`` in avsr; ``sos == eos == 2``
+            and ``blank == 0`` for fairseq dictionaries).
+        pad: a token never emitted (fairseq's ``<pad>``), or None.
+        unk, src_len: fairseq mode only (``<unk>`` for ``unkpen``; the source length of ``max_len_a``).
 
     Returns:
         For each utterance, up to ``config.nbest`` hypotheses, best first. An utterance whose hypotheses
@@ -169,6 +201,17 @@ def batch_beam_search(
         ValueError: a scorer needed by ``ctc_weight`` is missing, or shapes disagree.
     """
     w = config.ctc_weight
+    if config.search == "fairseq":
+        from avsr.decode.fairseq_search import fairseq_beam_search
+
+        if decoder is None:
+            raise ValueError("search 'fairseq' needs an attention decoder, but the model has none")
+        if sos != eos:
+            raise ValueError(
+                f"search 'fairseq' starts hypotheses with eos: sos ({sos}) must equal eos ({eos})"
+            )
+        return fairseq_beam_search(memory, memory_lens, config, decoder=decoder, eos=eos, pad=pad, unk=unk,
+                                   src_len=src_len)
     use_att, use_ctc = w < 1.0, w > 0.0
     if use_att and decoder is None:
         raise ValueError(f"ctc_weight={w} < 1 needs an attention decoder, but the model has none")
@@ -227,6 +270,8 @@ def batch_beam_search(
         is_eos = ids == eos
         rows_utt = torch.arange(n, device=device) // k
         refuse = (ids == blank) & (blank != eos)
+        if pad is not None:
+            refuse |= ids == pad
         refuse |= is_eos & (i < minlen)[rows_utt, None]
         refuse |= ~is_eos & (i >= maxlen)[rows_utt, None]
         refuse |= ~score.isfinite()[:, None]

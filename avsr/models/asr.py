@@ -6,7 +6,11 @@ Sec. III-A (multi-task loss ``L = ctc_weight * L_ctc + (1 - ctc_weight) * L_att`
 ``ESPnetASRModel`` (``espnet2/asr/espnet_model.py``), with the encoder of AV-HuBERT (Shi et al., 2022).
 
 Token ids follow ESPnet: ``[<blank>, <unk>, pieces..., <sos/eos>]``, so ``blank = 0`` and
-``sos = eos = vocab_size - 1``; target padding is ``ignore_id = -1``.
+``sos = eos = vocab_size - 1``; target padding is ``ignore_id = -1``. Models converted from fairseq AV-HuBERT
+checkpoints use fairseq's dictionary instead (``token_convention: fairseq``): ``<s> = 0`` (also the CTC
+blank, as AV-HuBERT's task ``blank_symbol``), ``<pad> = 1`` (never emitted), ``</s> = 2`` (both the first
+decoder input and the end), ``<unk> = 3``, and decoder positions start at ``<pad> + 1 = 2`` (fairseq's
+sinusoidal positions).
 
 Loss normalisation (as ESPnet's defaults):
 
@@ -37,7 +41,13 @@ from avsr.nn.decoder import TransformerDecoder, TransformerDecoderConfig
 
 __all__ = ["AVSRModel", "AVSRModelConfig", "label_smoothing_loss"]
 
-CONFIG_KEYS = ("vocab_size", "encoder_conf", "decoder_conf", "model_conf")
+CONFIG_KEYS = ("vocab_size", "encoder_conf", "decoder_conf", "model_conf", "token_list")
+
+#: special token ids (blank, sos, eos, pad, unk) of each token convention, as functions of the vocab size.
+TOKEN_CONVENTIONS = {
+    "espnet": lambda v: {"blank": 0, "sos": v - 1, "eos": v - 1, "pad": None, "unk": 1},
+    "fairseq": lambda v: {"blank": 0, "sos": 2, "eos": 2, "pad": 1, "unk": 3},
+}
 
 
 @dataclass
@@ -49,17 +59,24 @@ class AVSRModelConfig:
             CTC head is built).
         lsm_weight: label-smoothing weight of the attention loss.
         length_normalized_loss: divide the attention loss by the number of tokens instead of the batch size.
+        token_convention: ``espnet`` (``[<blank>, <unk>, ..., <sos/eos>]``) or ``fairseq`` (fairseq
+            ``Dictionary`` ids of converted AV-HuBERT models; see the module docstring).
     """
 
     ctc_weight: float = 0.3
     lsm_weight: float = 0.1
     length_normalized_loss: bool = False
+    token_convention: str = "espnet"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight must lie in [0, 1], got {self.ctc_weight}")
         if not 0.0 <= self.lsm_weight < 1.0:
             raise ValueError(f"lsm_weight must lie in [0, 1), got {self.lsm_weight}")
+        if self.token_convention not in TOKEN_CONVENTIONS:
+            raise ValueError(
+                f"token_convention must be one of {sorted(TOKEN_CONVENTIONS)}, got {self.token_convention!r}"
+            )
 
 
 def label_smoothing_loss(
@@ -100,12 +117,17 @@ class AVSRModel(nn.Module):
         vocab_size: ``V``, including ``<blank>`` (id 0) and ``<sos/eos>`` (id ``V - 1``).
         encoder_conf: keyword options of :class:`avsr.encoder.AVHubertEncoder`.
         decoder_conf: fields of :class:`avsr.nn.decoder.TransformerDecoderConfig`.
-        ctc_weight, lsm_weight, length_normalized_loss: see :class:`AVSRModelConfig`.
+        ctc_weight, lsm_weight, length_normalized_loss, token_convention: see :class:`AVSRModelConfig`.
+        token_list: the symbol of each token id (length ``vocab_size``), kept as ``model.token_list``
+            (e.g. the fairseq dictionary of a converted model), or None.
         encoder: an already built encoder (ESPnet ``AbsEncoder`` interface: ``forward(xs_pad, ilens) ->
             (hidden, olens, None)``, ``output_size()``) to use instead of building one from ``encoder_conf``.
 
     Attributes: ``encoder``, ``ctc_lo`` (Linear ``D -> V``, None when ``ctc_weight == 0``), ``decoder``
-    (None when ``ctc_weight == 1``), ``sos``, ``eos``, ``blank``, ``ignore_id``.
+    (None when ``ctc_weight == 1``), ``sos``, ``eos``, ``blank``, ``pad`` (None in the ESPnet convention),
+    ``unk``, ``ignore_id``, ``token_list``.
+
+    :meth:`from_pretrained` loads avsr checkpoints and official fairseq AV-HuBERT fine-tuned ones.
 
     Raises:
         avsr.config.ConfigError: unknown option in ``encoder_conf``/``decoder_conf``, or a bad value.
@@ -119,17 +141,25 @@ class AVSRModel(nn.Module):
         ctc_weight: float = 0.3,
         lsm_weight: float = 0.1,
         length_normalized_loss: bool = False,
+        token_convention: str = "espnet",
+        token_list: list[str] | None = None,
         encoder: nn.Module | None = None,
     ) -> None:
         super().__init__()
         if vocab_size < 3:
             raise ConfigError(f"vocab_size must be >= 3 (<blank>, a token, <sos/eos>), got {vocab_size}")
         try:
-            self.conf = AVSRModelConfig(ctc_weight, lsm_weight, length_normalized_loss)
+            self.conf = AVSRModelConfig(ctc_weight, lsm_weight, length_normalized_loss, token_convention)
         except ValueError as e:
             raise ConfigError(f"model_conf: {e}") from e
         self.vocab_size = vocab_size
-        self.blank, self.sos, self.eos, self.ignore_id = 0, vocab_size - 1, vocab_size - 1, -1
+        ids = TOKEN_CONVENTIONS[token_convention](vocab_size)
+        self.blank, self.sos, self.eos = ids["blank"], ids["sos"], ids["eos"]
+        self.pad, self.unk = ids["pad"], ids["unk"]
+        self.ignore_id = -1
+        if token_list is not None and len(token_list) != vocab_size:
+            raise ConfigError(f"token_list has {len(token_list)} entries but vocab_size is {vocab_size}")
+        self.token_list = list(token_list) if token_list is not None else None
         if encoder is None:
             from avsr.encoder import AVHubertEncoder
 
@@ -142,7 +172,10 @@ class AVSRModel(nn.Module):
         self.encoder = encoder
         d = encoder.output_size()
         self.ctc_lo = nn.Linear(d, vocab_size) if self.ctc_weight > 0 else None
-        self.decoder = TransformerDecoder(vocab_size, d, decoder_conf) if self.ctc_weight < 1 else None
+        offset = self.pad + 1 if self.pad is not None else 0  # fairseq positions start after <pad>
+        self.decoder = None
+        if self.ctc_weight < 1:
+            self.decoder = TransformerDecoder(vocab_size, d, decoder_conf, position_offset=offset)
 
     @property
     def ctc_weight(self) -> float:
@@ -150,8 +183,23 @@ class AVSRModel(nn.Module):
         return self.conf.ctc_weight
 
     @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, map_location: str | torch.device = "cpu",
+                        **kwargs: Any) -> AVSRModel:
+        """Load a checkpoint: avsr's own (``model`` + ``model_config``, as the trainer and ``avsr-convert``
+        write) or an official fairseq AV-HuBERT fine-tuned one (``av_hubert_seq2seq``: encoder, decoder and
+        dictionary; ``av_hubert_ctc``: encoder and CTC projection). The model is returned in eval mode.
+
+        ``kwargs`` (``dictionary``, ``bpemodel``) are passed to :func:`avsr.compat.load_avsr_model`, which
+        documents them and the errors raised (``FileNotFoundError``, :class:`avsr.compat.CheckpointError`).
+        """
+        from avsr.compat import load_avsr_model
+
+        return load_avsr_model(path, map_location=map_location, **kwargs)
+
+    @classmethod
     def from_config(cls, config: Mapping[str, Any], where: str = "model config") -> AVSRModel:
-        """Build from a mapping with keys ``vocab_size``, ``encoder_conf``, ``decoder_conf``, ``model_conf``.
+        """Build from a mapping with keys ``vocab_size``, ``encoder_conf``, ``decoder_conf``, ``model_conf``
+        and, optionally, ``token_list``.
 
         Args:
             config: the mapping (e.g. a ``conf/model/*.yaml`` file's content).
@@ -172,7 +220,8 @@ class AVSRModel(nn.Module):
         )
         try:
             return cls(
-                int(config["vocab_size"]), config.get("encoder_conf"), decoder_conf, **to_dict(model_conf)
+                int(config["vocab_size"]), config.get("encoder_conf"), decoder_conf, **to_dict(model_conf),
+                token_list=config.get("token_list"),
             )
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from e
@@ -197,12 +246,14 @@ class AVSRModel(nn.Module):
             raise ValueError(f"ys_lens must be ({b},), got {tuple(ys_lens.shape)}")
         ys_lens = ys_lens.to(ys_pad.device, torch.long)
         pad = torch.arange(length, device=ys_pad.device)[None, :] >= ys_lens[:, None]
-        bad = ~pad & ((ys_pad <= self.blank) | (ys_pad >= self.eos))
+        special = [i for i in (self.blank, self.sos, self.eos, self.pad) if i is not None]
+        out_of_range = (ys_pad < 0) | (ys_pad >= self.vocab_size)
+        bad = ~pad & (out_of_range | torch.isin(ys_pad, ys_pad.new_tensor(special)))
         if bool(bad.any()) or bool((ys_lens > length).any()):
             u = int(bad.any(1).nonzero()[0]) if bool(bad.any()) else int((ys_lens > length).nonzero()[0])
             raise ValueError(
-                f"target of batch item {u} is invalid: ids must lie in 1..{self.eos - 1} "
-                f"(0 is blank, {self.eos} is sos/eos) and ys_lens <= {length}; got "
+                f"target of batch item {u} is invalid: ids must lie in 0..{self.vocab_size - 1} and not be a "
+                f"special id {sorted(set(special))} (blank, sos/eos, pad) and ys_lens <= {length}; got "
                 f"{ys_pad[u].tolist()} with length {int(ys_lens[u])}"
             )
         ys = ys_pad.masked_fill(pad, self.ignore_id)
@@ -229,7 +280,8 @@ class AVSRModel(nn.Module):
             attention-only model) is ``nan``.
 
         Raises:
-            ValueError: a target id outside ``1..V-2`` or a target length over ``L`` (names the batch item);
+            ValueError: a target id outside ``0..V-1`` or special (blank, sos/eos, pad), or a target length
+                over ``L`` (names the batch item);
                 the encoder's input errors.
         """
         ys, ys_in, ys_out = self._targets(ys_pad, ys_lens)
@@ -271,6 +323,21 @@ class AVSRModel(nn.Module):
         }
         return loss, stats
 
+    def default_decode_options(self) -> dict[str, Any]:
+        """Search options used when :meth:`decode` gets no config: :class:`DecodeConfig`'s defaults, with
+        ``ctc_weight`` 1.0 for a CTC-only model and 0.0 for an attention-only one; for an attention-only model
+        with fairseq ids (a converted AV-HuBERT seq2seq model), the original's decoding
+        (``avhubert/conf/s2s_decode.yaml``: fairseq's beam search, beam 50, ``max_len_a`` 1.0, ``max_len_b``
+        0, ``lenpen`` 1.0)."""
+        if self.decoder is None:
+            return {"ctc_weight": 1.0}
+        if self.ctc_lo is not None:
+            return {}
+        if self.conf.token_convention == "fairseq":
+            return {"search": "fairseq", "ctc_weight": 0.0, "beam_size": 50, "max_len_a": 1.0, "max_len_b": 0,
+                    "lenpen": 1.0}
+        return {"ctc_weight": 0.0}
+
     @torch.no_grad()
     def decode_nbest(
         self,
@@ -284,7 +351,8 @@ class AVSRModel(nn.Module):
 
         Args:
             audio, video, lengths: as :meth:`forward`.
-            config: search options (defaults when None); ``overrides`` replace some of its fields
+            config: search options (:meth:`default_decode_options` when None); ``overrides`` replace some
+                of its fields
                 (``beam_size=5``...).
 
         Returns:
@@ -295,7 +363,7 @@ class AVSRModel(nn.Module):
             ValueError: ``ctc_weight`` needs a part the model lacks (e.g. ``ctc_weight < 1`` on a CTC-only
                 model).
         """
-        base = to_dict(config) if config is not None else {}
+        base = to_dict(config) if config is not None else self.default_decode_options()
         config = from_dict(DecodeConfig, {**base, **overrides}, "decode options")
         was_training = self.training
         self.eval()
@@ -304,6 +372,9 @@ class AVSRModel(nn.Module):
             ctc_logp = (
                 torch.log_softmax(self.ctc_lo(enc).float(), dim=-1) if self.ctc_lo is not None else None
             )
+            # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
+            # (B, F, T) audio -- when audio is given, else the padded frame count (only max_len_a uses it)
+            src_len = audio.shape[1] if audio is not None else enc.size(1)
             return batch_beam_search(
                 enc,
                 enc_lens,
@@ -313,6 +384,9 @@ class AVSRModel(nn.Module):
                 sos=self.sos,
                 eos=self.eos,
                 blank=self.blank,
+                pad=self.pad,
+                unk=self.unk,
+                src_len=src_len,
             )
         finally:
             self.train(was_training)

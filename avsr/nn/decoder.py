@@ -56,6 +56,9 @@ class TransformerDecoderConfig:
         share_decoder_input_output_embed: tie the output projection to the token embedding.
         no_scale_embedding: do not scale the token embedding by ``sqrt(D)`` (fairseq's option).
         activation_fn: feed-forward activation (fairseq names: relu, gelu, ...).
+        max_target_positions: fairseq's maximum output length (tokens, ``</s>`` included); the sinusoidal
+            positions have no limit, but fairseq's generator caps its output at ``max_target_positions - 1``
+            tokens, which the ``search: fairseq`` mode of the beam search reproduces.
     """
 
     decoder_layers: int = 6
@@ -70,8 +73,11 @@ class TransformerDecoderConfig:
     share_decoder_input_output_embed: bool = False
     no_scale_embedding: bool = False
     activation_fn: str = "relu"
+    max_target_positions: int = 2048
 
     def __post_init__(self) -> None:
+        if self.max_target_positions < 2:
+            raise ValueError(f"max_target_positions must be >= 2, got {self.max_target_positions}")
         if self.decoder_embed_dim % self.decoder_attention_heads != 0:
             raise ValueError(
                 f"decoder_embed_dim ({self.decoder_embed_dim}) must be divisible by "
