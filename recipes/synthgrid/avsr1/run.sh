@@ -5,18 +5,19 @@
 #   ./run.sh                          # everything
 #   ./run.sh --stage 4 --stop_stage 4 # training only (resumes from exp/<tag>/checkpoint.pt)
 #   ./run.sh --ngpu 1                 # train and decode on a GPU
-#   ./run.sh --num-train 3000         # corpus size (also --num-valid, --num-test, --babble-seconds, --seed)
+#   ./run.sh --num-train 3000         # corpus size (also --num-valid, --num-test, --train-speakers,
+#                                     --babble-seconds, --seed)
 # Any variable of ../../TEMPLATE/avsr1/avsr.sh can be set with --name value.
 set -euo pipefail
 cd "$(dirname "$0")"
 . ./path.sh
 
 corpus_dir=corpus
-corpus_opts=(--num-train 1500 --num-valid 100 --num-test 200 --babble-seconds 60 --seed 0)
+corpus_opts=(--num-train 1500 --num-valid 100 --num-test 200 --train-speakers 48 --babble-seconds 60 --seed 0)
 rest=()
 while [ $# -gt 0 ]; do  # options of this corpus; the rest goes to the template
   case "$1" in
-    --num-train|--num-valid|--num-test|--babble-seconds|--seed) corpus_opts+=("$1" "$2"); shift 2 ;;
+    --num-train|--num-valid|--num-test|--train-speakers|--babble-seconds|--seed) corpus_opts+=("$1" "$2"); shift 2 ;;
     --corpus-dir|--corpus_dir) corpus_dir="$2"; shift 2 ;;
     *) rest+=("$1"); shift ;;
   esac

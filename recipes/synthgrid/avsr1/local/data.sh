@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stage 1 of the SynthGRID recipe: generate the corpus (resumable: finished utterances are kept).
-#   local/data.sh --corpus-dir corpus --nj 2 [--num-train 1500 --num-valid 100 --num-test 200 --seed 0]
+#   local/data.sh --corpus-dir corpus --nj 2 [--num-train 1500 --num-valid 100 --num-test 200 --train-speakers 48 --seed 0]
 set -euo pipefail
 corpus_dir=corpus
 nj=2
@@ -8,6 +8,7 @@ python=python3
 num_train=1500
 num_valid=100
 num_test=200
+train_speakers=48
 seed=0
 babble_seconds=60
 while [ $# -gt 0 ]; do
@@ -18,6 +19,7 @@ while [ $# -gt 0 ]; do
     --num-train) num_train="$2" ;;
     --num-valid) num_valid="$2" ;;
     --num-test) num_test="$2" ;;
+    --train-speakers) train_speakers="$2" ;;
     --seed) seed="$2" ;;
     --babble-seconds) babble_seconds="$2" ;;
     *) echo "local/data.sh: unknown option $1" >&2; exit 1 ;;
@@ -26,4 +28,4 @@ while [ $# -gt 0 ]; do
 done
 command -v festival >/dev/null || { echo "festival is not installed: run scripts/install.sh" >&2; exit 1; }
 "$python" -m avsr.bin.synthgrid --out "$corpus_dir" --num-train "$num_train" --num-valid "$num_valid" \
-  --num-test "$num_test" --seed "$seed" --babble-seconds "$babble_seconds" --nj "$nj"
+  --num-test "$num_test" --train-speakers "$train_speakers" --seed "$seed" --babble-seconds "$babble_seconds" --nj "$nj"
