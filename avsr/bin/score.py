@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['test_set']:<12} {r['modality']:<12} {r['noise']:<8} {snr:>7}  WER {r['wer']:6.2f}%  "
             f"({r['num_words']} words, {r['num_utts']} utts)"
         )
-    print(path)
+    print(Path(path).resolve())
     return 0
 
 
