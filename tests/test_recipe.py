@@ -41,7 +41,8 @@ def run(args: list[str], **kw) -> subprocess.CompletedProcess:
 def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     train_cfg, decode_cfg = tiny_configs(tmp_path)
     common = ["--corpus-dir", str(tmp_path / "corpus"), "--data-dir", str(tmp_path / "data"),
-              "--exp-dir", str(tmp_path / "exp"), "--num-train", "24", "--num-valid", "4", "--num-test", "6", "--train-speakers", "4",
+              "--exp-dir", str(tmp_path / "exp"), "--num-train", "24", "--num-valid", "4", "--num-test", "6",
+              "--train-speakers", "4",
               "--babble-seconds", "8", "--train-config", str(train_cfg), "--decode-config", str(decode_cfg),
               "--test-snrs", "0 -5", "--tag", "tiny"]
     proc = run(common)
