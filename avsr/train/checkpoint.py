@@ -29,6 +29,9 @@ def save_atomic(obj: object, path: str | os.PathLike) -> None:
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
     """Load a checkpoint written by :func:`save_atomic` (weights_only, so no code is executed).
 
+    The file is memory-mapped, so reading only its metadata (e.g. ``valid`` when choosing checkpoints to
+    average) does not read every tensor.
+
     Raises:
         FileNotFoundError: no such file.
         RuntimeError: the file is truncated or not a torch checkpoint (the message names the file).
@@ -37,7 +40,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
     except Exception as e:  # torch raises several types for corrupt files
         raise RuntimeError(f"cannot read checkpoint {path}: {e}") from e
 
