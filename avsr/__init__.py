@@ -17,6 +17,8 @@ _LAZY = {
     "GradMultiply": "avsr.autograd",
     "grad_multiply": "avsr.autograd",
     "AVSRModel": "avsr.models.asr",
+    "AVHubertPretrainModel": "avsr.models.pretrain",
+    "MomentumLabelMemory": "avsr.autograd",
     "DecodeConfig": "avsr.decode.beam_search",
     "avhubert_audio_features": "avsr.features",
 }

@@ -207,3 +207,49 @@ def normalize_video(frames: torch.Tensor) -> torch.Tensor:
         float32 tensor of the same shape.
     """
     return (frames.to(torch.float32) / 255.0 - VIDEO_MEAN) / VIDEO_STD
+
+
+def mfcc_features(waveform: torch.Tensor, sample_rate: int = 16000) -> torch.Tensor:
+    """39-dim MFCC + delta + delta-delta features at 100 Hz, the k-means input of HuBERT / AV-HuBERT's first
+    pretraining iteration.
+
+    Follows ``dump_mfcc_feature.py`` of fairseq's ``examples/hubert/simple_kmeans`` and of AV-HuBERT's
+    ``avhubert/clustering``: ``torchaudio.compliance.kaldi.mfcc`` on the float waveform in [-1, 1] with
+    ``use_energy=False`` and Kaldi's other defaults (13 cepstra from 23 mel bins, 25 ms povey window, 10 ms
+    hop, pre-emphasis 0.97, DC removal, cepstral lifter 22, no dither, ``snip_edges``), then
+    ``torchaudio.functional.compute_deltas`` (window 5, edge frames replicated) along time, applied twice,
+    concatenated as ``[mfcc, delta, delta-delta]``.
+
+    Args:
+        waveform: (num_samples,) float, values in [-1, 1] (as soundfile reads a wav), mono.
+        sample_rate: in Hz.
+
+    Returns:
+        float32 tensor (T, 39) at 100 Hz with ``T = 1 + (num_samples - 400) // 160`` at 16 kHz (Kaldi's
+        ``snip_edges``: only whole 25 ms windows, frame ``i`` covers samples ``[160 i, 160 i + 400)``), i.e.
+        ``4 T25 - 2`` frames for a waveform of ``640 T25`` samples.
+
+    Raises:
+        ValueError: ``waveform`` is not 1-D, not floating point, or shorter than one 25 ms window.
+    """
+    if waveform.dim() != 1 or not waveform.is_floating_point():
+        raise ValueError(
+            f"mfcc_features expects a 1-D float waveform, got {waveform.dtype} "
+            f"of shape {tuple(waveform.shape)}"
+        )
+    window = int(round(0.025 * sample_rate))
+    if waveform.numel() < window:
+        raise ValueError(
+            f"mfcc_features needs at least one 25 ms window ({window} samples at {sample_rate} Hz), "
+            f"got {waveform.numel()} samples"
+        )
+    import torchaudio  # imported here: the rest of this module needs only torch
+
+    with torch.no_grad():
+        mfcc = torchaudio.compliance.kaldi.mfcc(
+            waveform.to(torch.float32)[None], sample_frequency=float(sample_rate), use_energy=False
+        )  # (T, 13)
+        cepstra = mfcc.T  # compute_deltas works along the last dim: time
+        deltas = torchaudio.functional.compute_deltas(cepstra)
+        ddeltas = torchaudio.functional.compute_deltas(deltas)
+        return torch.cat([cepstra, deltas, ddeltas]).T.contiguous()

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Install everything avsr needs on a fresh Debian machine into ./.venv (run from anywhere).
 #   bash scripts/install.sh          # runtime: Debian packages (festival + voices) and the package
-#   bash scripts/install.sh --dev    # also the test tools (pytest, ruff)
+#   bash scripts/install.sh --video  # also mediapipe + scikit-image (raw face videos: LRS3, avsr transcribe)
+#   bash scripts/install.sh --dev    # also the test tools (pytest, ruff) and the video extras
 # torch/torchaudio are pinned by constraints.txt (the versions CI uses); setup.cfg allows a range.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 extras=""
-[ "${1:-}" = "--dev" ] && extras="[dev]"
+case "${1:-}" in
+  --dev) extras="[dev]" ;;
+  --video) extras="[video]" ;;
+  "") ;;
+  *) echo "usage: bash scripts/install.sh [--dev|--video]" >&2; exit 1 ;;
+esac
 
 debs=(festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts)
 missing=()

@@ -12,6 +12,7 @@ from avsr.features import (
     crop_video,
     logfbank,
     mel_filterbank,
+    mfcc_features,
     normalize_video,
     stack_frames,
 )
@@ -135,3 +136,46 @@ def test_training_crop_is_random_and_can_flip():
 def test_crop_refuses_small_frames():
     with pytest.raises(ValueError, match="smaller"):
         crop_video(torch.zeros(2, 64, 64))
+
+
+# --- MFCC for the first k-means iteration ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_samples", [400, 16000, 640 * 37])
+def test_mfcc_is_39_dims_at_100_hz_on_whole_windows(num_samples):
+    wav = torch.randn(num_samples, generator=torch.Generator().manual_seed(num_samples)) * 0.1
+    feats = mfcc_features(wav)
+    assert feats.dtype == torch.float32 and torch.isfinite(feats).all()
+    assert feats.shape == (1 + (num_samples - 400) // 160, 39)  # 1 s -> 98 frames; 37 video frames -> 146
+    if num_samples == 640 * 37:
+        assert feats.shape[0] == 4 * 37 - 2
+
+
+def test_mfcc_deltas_are_the_regression_over_two_frames_each_side():
+    t = torch.arange(8000) / 16000
+    wav = (torch.sin(2 * math.pi * (300 + 2000 * t) * t) * 0.3).to(torch.float32)  # a chirp: cepstra move
+    feats = mfcc_features(wav)
+    static, delta, ddelta = feats[:, :13], feats[:, 13:26], feats[:, 26:]
+
+    def regression(c):  # (c[t+1] - c[t-1] + 2 (c[t+2] - c[t-2])) / 10 on the interior frames
+        return (c[3:-1] - c[1:-3] + 2 * (c[4:] - c[:-4])) / 10
+
+    torch.testing.assert_close(delta[2:-2], regression(static), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ddelta[2:-2], regression(delta), atol=1e-4, rtol=1e-4)
+    assert delta[2:-2].abs().mean() > 0.05  # the chirp makes the deltas non-trivial
+
+
+def test_mfcc_static_part_follows_the_spectrum():
+    t = torch.arange(16000, dtype=torch.float64) / 16000
+    low = mfcc_features((torch.sin(2 * math.pi * 200 * t) * 0.3).to(torch.float32))
+    high = mfcc_features((torch.sin(2 * math.pi * 4000 * t) * 0.3).to(torch.float32))
+    assert (low[:, 1] - high[:, 1]).mean() > 1.0  # C1: spectral tilt, larger for low frequencies
+    # 200 Hz repeats every 80 samples, so every 10 ms frame is the same: zero deltas away from the edges
+    torch.testing.assert_close(low[5:-5, 13:], torch.zeros_like(low[5:-5, 13:]), atol=1e-4, rtol=0)
+
+
+def test_mfcc_refuses_short_or_integer_input():
+    with pytest.raises(ValueError, match="25 ms"):
+        mfcc_features(torch.zeros(399))
+    with pytest.raises(ValueError, match="float"):
+        mfcc_features(torch.zeros(1600, dtype=torch.int16))

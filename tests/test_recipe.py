@@ -64,18 +64,72 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     assert (exp / "RESULTS.md").read_text().count("audiovisual") >= 1
     assert (exp / "wer_vs_snr.png").read_bytes()[:4] == b"\x89PNG"
     stages = [line.split("\t")[0] for line in (exp / "stage_times.tsv").read_text().splitlines()]
-    assert stages == ["1", "2", "3", "4", "5", "6"]
+    assert stages == ["1", "2", "3", "4", "9", "10", "11"]
     for split, n in (("train", 24), ("valid", 4), ("test", 6)):
         assert len((tmp_path / "data" / split / "text").read_text().splitlines()) == n
 
     # idempotent stages: training resumes (already finished), decoding skips finished conditions
     hyp = exp / "decode" / "test" / "audio" / "clean" / "hyp"
     before = hyp.stat().st_mtime_ns
-    proc = run([*common, "--stage", "4"])
+    proc = run([*common, "--stage", "9"])
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "training already finished" in (exp / "logs" / "stage4.log").read_text()
+    assert "training already finished" in (exp / "logs" / "stage9.log").read_text()
     assert hyp.stat().st_mtime_ns == before
 
     # a misspelt option is refused by name
-    proc = run([*common, "--stage", "6", "--beam-szie", "3"])
+    proc = run([*common, "--stage", "11", "--beam-szie", "3"])
     assert proc.returncode != 0 and "--beam-szie" in proc.stderr
+
+
+def tiny_pretrain_config(tmp_path: Path, train_cfg: Path) -> Path:
+    """A pretraining config with the tiny encoder of ``train_cfg`` (so fine-tuning can load it)."""
+    pre = yaml.safe_load((ROOT / "conf/pretrain/avhubert_synthgrid_cpu.yaml").read_text())
+    pre.pop("model_config")
+    enc = yaml.safe_load(train_cfg.read_text())["encoder_conf"]
+    pre["encoder_conf"] = {**enc, **pre["encoder_conf"]}
+    pre.update(max_epoch=1, batch_frames=800, warmup_steps=2, keep_nbest=1)
+    pre["pretrain_conf"]["final_dim"] = 16
+    (tmp_path / "pretrain.yaml").write_text(yaml.safe_dump(pre))
+    return tmp_path / "pretrain.yaml"
+
+
+@pytest.mark.slow
+def test_pretrain_recipe_clusters_pretrains_and_compares_with_scratch(tmp_path):
+    train_cfg, decode_cfg = tiny_configs(tmp_path)
+    pre_cfg = tiny_pretrain_config(tmp_path, train_cfg)
+    args = ["--corpus-dir", str(tmp_path / "corpus"), "--data-dir", str(tmp_path / "data"),
+            "--exp-dir", str(tmp_path / "exp"), "--num-train", "20", "--num-valid", "4", "--num-test", "4",
+            "--train-speakers", "4", "--babble-seconds", "8", "--pretrain-config", str(pre_cfg),
+            "--train-config", str(train_cfg), "--decode-config", str(decode_cfg), "--test-snrs", "0",
+            "--km-classes", "8", "--km-classes2", "6", "--finetune-percent", "50", "--tag", "tiny"]
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin:/usr/local/bin", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(["bash", str(RECIPE / "run_pretrain.sh"), *args], capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data, exp = tmp_path / "data", tmp_path / "exp"
+    # the labeled subset: half of the training utterances, every speaker kept
+    sub = (data / "train_50pct" / "text").read_text().splitlines()
+    assert len(sub) == 10 and {u.split("_")[0] for u in sub} == {
+        u.split("_")[0] for u in (data / "train" / "text").read_text().splitlines()}
+    # iteration 1: MFCC labels at 100 Hz, iteration 2: layer labels at 25 Hz, for train and valid
+    frames = dict(line.split() for line in (data / "train" / "utt2num_frames").read_text().splitlines())
+    for it, rate, k in ((1, 100, 8), (2, 25, 6)):
+        meta = json.loads((data / "train" / f"iter{it}.km.json").read_text())
+        assert meta["label_rate"] == rate and meta["num_classes"] == k
+        for line in (data / "train" / f"iter{it}.km").read_text().splitlines():
+            utt, *labels = line.split()
+            assert abs(len(labels) - int(frames[utt]) * rate / 25) <= rate / 25 * 2
+            assert all(0 <= int(x) < k for x in labels)
+        assert (data / "valid" / f"iter{it}.km").is_file()
+        assert (exp / "pretrain_pretrain" / "km").exists() or (exp / f"pretrain_pretrain_iter{it}").is_dir()
+    # fine-tuning started from the pretrained encoder; the baseline did not
+    assert "encoder initialised from" in (exp / "tiny_pretrained" / "train.log").read_text()
+    assert "encoder initialised from" not in (exp / "tiny_scratch" / "train.log").read_text()
+    rows = json.loads((exp / "tiny_compare" / "results.json").read_text())
+    assert {r["system"] for r in rows} == {"tiny_pretrained", "tiny_scratch"}
+    assert len(rows) == 2 * 3 * 2  # systems x modalities x (clean, babble 0 dB)
+    md = (exp / "tiny_compare" / "RESULTS.md").read_text()
+    assert "Systems compared" in md and "Cluster quality" in md and "PNMI" in md
+    times = (exp / "tiny_compare" / "stage_times.tsv").read_text().splitlines()
+    stages = [line.split("\t")[0] for line in times]
+    assert stages == [str(n) for n in range(1, 12)]

@@ -12,7 +12,13 @@ Writes ``OUT/results.json``, ``OUT/RESULTS.md`` and ``OUT/wer_vs_snr.png`` (atom
 and prints the path of ``results.json`` as its last line. Exit status 1 with a message naming the file,
 directory or utterance on bad input.
 
-Usage: ``python -m avsr.bin.score --decode-dir exp/x/decode --out exp/x [--notes "model: ..."]``
+Several systems (e.g. pretrained + fine-tuned versus trained from scratch) are scored together with
+``--system NAME=DECODE_DIR`` (repeated): every row of ``results.json`` then has a ``"system"`` field, and
+RESULTS.md begins with a table comparing the systems. ``--append FILE`` adds markdown (e.g. cluster quality)
+to RESULTS.md.
+
+Usage: ``python -m avsr.bin.score --decode-dir exp/x/decode --out exp/x [--notes "model: ..."]``;
+``python -m avsr.bin.score --system pretrained=exp/a/decode --system scratch=exp/b/decode --out exp``
 """
 
 from __future__ import annotations
@@ -27,21 +33,39 @@ from avsr.decode.scoring import ScoringError, collect_decode_dir, write_results
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring). Returns the exit status."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--decode-dir", required=True, type=Path, help="DIR/<test_set>/<modality>/<condition>/")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--decode-dir", type=Path, help="DIR/<test_set>/<modality>/<condition>/")
+    src.add_argument("--system", action="append", metavar="NAME=DECODE_DIR",
+                     help="a named system's decode dir (repeat for each system)")
+    p.add_argument("--append", nargs="*", default=[], type=Path, help="markdown files to add to RESULTS.md")
     p.add_argument("--out", required=True, type=Path, help="directory for results.json, RESULTS.md, plot")
     p.add_argument("--notes", default="", help="free text for the environment section of RESULTS.md")
     p.add_argument("--title", default="Results", help="heading of RESULTS.md")
     args = p.parse_args(argv)
     try:
-        rows = collect_decode_dir(args.decode_dir)
-        path = write_results(args.out, rows, notes=args.notes, title=args.title)
+        if args.decode_dir is not None:
+            rows = collect_decode_dir(args.decode_dir)
+        else:
+            rows = []
+            for spec in args.system:
+                name, sep, path = spec.partition("=")
+                if not sep or not name or not path:
+                    raise ScoringError(f"--system must be NAME=DECODE_DIR, got {spec!r}")
+                rows += [{"system": name, **r} for r in collect_decode_dir(path)]
+        extra = []
+        for f in args.append:
+            if not f.is_file():
+                raise ScoringError(f"--append: file not found: {f}")
+            extra.append(f.read_text(encoding="utf-8"))
+        path = write_results(args.out, rows, notes=args.notes, title=args.title, extra_md="\n\n".join(extra))
     except ScoringError as e:
         print(f"avsr.bin.score: error: {e}", file=sys.stderr)
         return 1
     for r in rows:
         snr = "" if r["snr_db"] is None else f"{r['snr_db']:g} dB"
         print(
-            f"{r['test_set']:<12} {r['modality']:<12} {r['noise']:<8} {snr:>7}  WER {r['wer']:6.2f}%  "
+            f"{r.get('system', ''):<12}{r['test_set']:<12} {r['modality']:<12} {r['noise']:<8} {snr:>7}  "
+            f"WER {r['wer']:6.2f}%  "
             f"({r['num_words']} words, {r['num_utts']} utts)"
         )
     print(Path(path).resolve())

@@ -1,4 +1,4 @@
-"""Train a hybrid CTC/attention audio-visual speech recogniser (``AVSRModel``).
+"""Train a hybrid CTC/attention audio-visual speech recogniser (``AVSRModel``), or pretrain AV-HuBERT.
 
 Reads a training YAML (``conf/train/*.yaml``: loop settings at the top level plus ``encoder_conf``,
 ``decoder_conf``, ``model_conf``), Kaldi data dirs and a sentencepiece model, and writes into ``--exp-dir``:
@@ -6,8 +6,16 @@ Reads a training YAML (``conf/train/*.yaml``: loop settings at the top level plu
 (one line per epoch), ``epoch<N>.pt`` and ``checkpoint.pt``. Re-running the same command resumes from
 ``checkpoint.pt``. For several GPUs run it under ``torchrun --nproc_per_node N``.
 
+Fine-tuning: ``--init-encoder CKPT`` starts the encoder from the encoder of a pretraining (or any avsr)
+checkpoint. Pretraining (masked multimodal cluster prediction, ``AVHubertPretrainModel``): a YAML with a
+``pretrain_conf`` mapping (``conf/pretrain/*.yaml``), ``--labels`` naming the cluster label files (one per
+label set, ``<name>.km`` with its ``.km.json``) found in both data dirs, and no ``--bpemodel``.
+
 Usage: ``python -m avsr.bin.train --config conf/train/x.yaml --train-data data/train --valid-data data/valid
---bpemodel data/token_list/bpe.model --exp-dir exp/x [--train-noise noise.wav] [--ngpu 1]``
+--bpemodel data/token_list/bpe.model --exp-dir exp/x [--train-noise noise.wav] [--ngpu 1]
+[--init-encoder exp/pretrain/epoch10.pt]``;
+``python -m avsr.bin.train --config conf/pretrain/x.yaml --train-data data/train --valid-data data/valid
+--labels iter1.km --exp-dir exp/pretrain_iter1``
 """
 
 from __future__ import annotations
@@ -21,9 +29,11 @@ from pathlib import Path
 import torch
 import yaml
 
+from avsr.config import ConfigError
 from avsr.data.datadir import read_datadir
-from avsr.data.dataset import AVDataset
+from avsr.data.dataset import AVDataset, LabelSet
 from avsr.data.tokenizer import Tokenizer
+from avsr.train.checkpoint import load_checkpoint
 from avsr.train.trainer import Trainer, build_noise, load_train_config
 
 logger = logging.getLogger("avsr.train")
@@ -43,6 +53,41 @@ def setup_logging(path: Path | None = None) -> None:
     )
 
 
+def load_label_sets(data_dir: Path, names: list[str]) -> list[LabelSet]:
+    """The cluster label files ``data_dir/<name>`` (``.km``, with ``<name>.json`` metadata) as label sets.
+
+    Raises:
+        FileNotFoundError: a label file or its metadata is missing (named).
+        ValueError: a malformed line (file and line named, by :func:`avsr.clustering.read_labels`).
+    """
+    from avsr.clustering import read_label_meta, read_labels
+
+    sets = []
+    for name in names:
+        path = data_dir / name
+        meta = read_label_meta(path)
+        sets.append(LabelSet(str(path), read_labels(path), float(meta["label_rate"])))
+    return sets
+
+
+def init_encoder(model: torch.nn.Module, path: Path) -> None:
+    """Copy the ``encoder.*`` weights of an avsr checkpoint (pretraining or ASR) into ``model.encoder``.
+
+    Raises:
+        ConfigError: the checkpoint has no encoder weights, or they do not fit (missing/unexpected keys or
+            shapes named).
+    """
+    state = load_checkpoint(path)["model"]
+    enc = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+    if not enc:
+        raise ConfigError(f"--init-encoder {path}: no encoder.* weights in the checkpoint")
+    try:
+        model.encoder.load_state_dict(enc, strict=True)
+    except RuntimeError as e:
+        raise ConfigError(f"--init-encoder {path}: the encoder weights do not fit this model: {e}") from e
+    logger.info("encoder initialised from %s (%d tensors)", path, len(enc))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command-line entry point (see the module docstring)."""
     from avsr.models.asr import AVSRModel
@@ -51,7 +96,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--config", required=True, type=Path)
     p.add_argument("--train-data", required=True, type=Path)
     p.add_argument("--valid-data", required=True, type=Path)
-    p.add_argument("--bpemodel", required=True, type=Path)
+    p.add_argument("--bpemodel", type=Path, help="sentencepiece model (ASR training)")
+    p.add_argument("--labels", nargs="+", default=None,
+                   help="pretraining: cluster label files (names inside each data dir), one per label set")
+    p.add_argument("--init-encoder", type=Path, default=None,
+                   help="fine-tuning: start the encoder from this checkpoint's encoder")
     p.add_argument("--exp-dir", required=True, type=Path)
     p.add_argument("--train-noise", default=None, help="noise wav for training-time augmentation")
     p.add_argument("--ngpu", type=int, default=0, help="0: CPU; >=1: CUDA (several through torchrun)")
@@ -63,26 +112,59 @@ def main(argv: list[str] | None = None) -> None:
     if args.max_epoch is not None:
         cfg.max_epoch = args.max_epoch
     torch.manual_seed(cfg.seed)
-    tokenizer = Tokenizer(args.bpemodel)
-    model_config = {"vocab_size": tokenizer.vocab_size, **model_part}
-    model = AVSRModel.from_config(model_config)
+    pretrain = "pretrain_conf" in model_part
+    tokenizer = train_labels = valid_labels = None
+    if pretrain:
+        from avsr.models.pretrain import AVHubertPretrainModel
+
+        if not args.labels:
+            raise ConfigError(f"{args.config} has pretrain_conf (pretraining) but no --labels were given")
+        train_labels = load_label_sets(args.train_data, args.labels)
+        valid_labels = load_label_sets(args.valid_data, args.labels)
+        from avsr.clustering import read_label_meta
+
+        metas = [read_label_meta(args.train_data / n) for n in args.labels]
+        num_classes = [int(m["num_classes"]) for m in metas]
+        rates = {float(m["label_rate"]) for m in metas}
+        if len(rates) != 1:
+            raise ConfigError(f"--labels {args.labels}: label sets differ in label rate {sorted(rates)}")
+        ignored = [k for k in ("decoder_conf", "model_conf") if k in model_part]
+        if ignored:
+            logger.info("pretraining: %s of %s not used", ignored, args.config)
+        model_part = {k: v for k, v in model_part.items() if k not in ignored}
+        # the label rate is the labels' own (100 Hz MFCC clusters, 25 Hz layer clusters)
+        model_part["pretrain_conf"] = {**model_part["pretrain_conf"], "label_rate": rates.pop()}
+        model_config = {**model_part, "num_classes": num_classes}
+        model = AVHubertPretrainModel.from_config(model_config)
+        logger.info("pretraining: label sets %s, classes %s", args.labels, num_classes)
+    else:
+        if args.bpemodel is None:
+            raise ConfigError(f"{args.config} is an ASR training config: --bpemodel is required")
+        tokenizer = Tokenizer(args.bpemodel)
+        model_config = {"vocab_size": tokenizer.vocab_size, **model_part}
+        model = AVSRModel.from_config(model_config)
+    if args.init_encoder is not None:
+        init_encoder(model, args.init_encoder)
     n_params = sum(p.numel() for p in model.parameters())
-    logger.info("model: %.2fM parameters, vocabulary %d", n_params / 1e6, tokenizer.vocab_size)
+    logger.info("model: %.2fM parameters", n_params / 1e6)
 
     args.exp_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(args.bpemodel, args.exp_dir / "bpe.model")
-    resolved = {**dataclasses.asdict(cfg), **model_part, "vocab_size": tokenizer.vocab_size}
+    if tokenizer is not None:
+        shutil.copyfile(args.bpemodel, args.exp_dir / "bpe.model")
+    resolved = {**dataclasses.asdict(cfg), **model_config}
     resolved["betas"] = list(resolved["betas"])
     (args.exp_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
 
     train_set = AVDataset(
-        read_datadir(args.train_data),
+        read_datadir(args.train_data, require_text=not pretrain),
         tokenizer,
         train=True,
         noise=build_noise(args.train_noise, cfg),
         seed=cfg.seed,
+        label_sets=train_labels or (),
     )
-    valid_set = AVDataset(read_datadir(args.valid_data), tokenizer, train=False)
+    valid_set = AVDataset(read_datadir(args.valid_data, require_text=not pretrain), tokenizer, train=False,
+                          label_sets=valid_labels or ())
     device = "cuda" if args.ngpu > 0 else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--ngpu > 0 but CUDA is not available")

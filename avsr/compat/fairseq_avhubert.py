@@ -298,6 +298,9 @@ def _read_own(ckpt: Mapping[str, Any], path: Path) -> LoadedCheckpoint:
         enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
         return LoadedCheckpoint(path, "avsr", dict(config.get("encoder_conf") or {}), enc_state,
                                 model_config=dict(config), model_state=dict(state))
+    if "pretrain_conf" in config:  # an AVHubertPretrainModel: its encoder part
+        enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+        return LoadedCheckpoint(path, "avsr", dict(config.get("encoder_conf") or {}), enc_state)
     if "encoder_conf" in config:  # an encoder alone
         return LoadedCheckpoint(path, "avsr", dict(config["encoder_conf"] or {}), dict(state))
     raise NotAVHubertCheckpointError(f"{where}: 'model_config' has neither 'vocab_size' nor 'encoder_conf'")

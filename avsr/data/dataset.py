@@ -10,7 +10,7 @@ AV-HuBERT's ``hubert_dataset.py`` does.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +46,21 @@ class NoiseConfig:
     fixed: bool = False
 
 
+@dataclass
+class LabelSet:
+    """Frame labels of every utterance for one target set (k-means clusters for pretraining).
+
+    Attributes:
+        name: where the labels come from (a ``.km`` file path), used in error messages.
+        labels: utterance id -> ``(L,)`` int64 labels, one per frame at ``label_rate``.
+        label_rate: labels per second (100 for MFCC clusters, 25 for transformer-layer clusters).
+    """
+
+    name: str
+    labels: Mapping[str, torch.Tensor]
+    label_rate: float
+
+
 class AVDataset(torch.utils.data.Dataset):
     """Utterances of a data dir as model inputs.
 
@@ -60,14 +75,17 @@ class AVDataset(torch.utils.data.Dataset):
         cache: keep decoded waveforms and frames in memory after the first read (uint8 video, float32
             audio: about 0.5 MB per second of speech).
         seed: base seed of the random augmentation.
+        label_sets: frame labels (pretraining targets), one :class:`LabelSet` per target set.
 
     Items are dicts: ``utt_id`` (str), ``audio`` (T, 104) float32 or None, ``video`` (T, 88, 88) float32
-    (normalised) or None, ``tokens`` (L,) int64 or None, ``text`` (str or None); T is the number of 25 fps
-    video frames (audio-only: ceil(samples / 640)).
+    (normalised) or None, ``tokens`` (L,) int64 or None, ``text`` (str or None), ``labels`` (a list of
+    ``(L_k,)`` int64, one per label set, or None); T is the number of 25 fps video frames (audio-only:
+    ceil(samples / 640)).
 
     Raises (from ``__getitem__``):
-        DataError: the utterance has no file for a requested modality, the durations disagree, or the
-            transcript is empty; avsr.data.media.MediaError for a missing or corrupt file.
+        DataError: the utterance has no file for a requested modality, the durations disagree, the
+            transcript is empty, or it has no labels in a label set or labels of the wrong length (more
+            than ``max_frame_diff`` frames off); avsr.data.media.MediaError for a missing or corrupt file.
     """
 
     def __init__(
@@ -80,6 +98,7 @@ class AVDataset(torch.utils.data.Dataset):
         max_frame_diff: int = 2,
         cache: bool = True,
         seed: int = 0,
+        label_sets: Sequence[LabelSet] = (),
     ):
         bad = [m for m in modalities if m not in MODALITIES]
         if bad or not modalities:
@@ -92,6 +111,7 @@ class AVDataset(torch.utils.data.Dataset):
         self.max_frame_diff = max_frame_diff
         self.cache = cache
         self.seed = seed
+        self.label_sets = list(label_sets)
         self.epoch = 0
         self._cache: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
 
@@ -162,7 +182,21 @@ class AVDataset(torch.utils.data.Dataset):
             "video": video_feats,
             "tokens": tokens,
             "text": u.text,
+            "labels": [self._labels(ls, u.utt_id, num_frames) for ls in self.label_sets] or None,
         }
+
+    def _labels(self, ls: LabelSet, utt_id: str, num_frames: int) -> torch.Tensor:
+        lab = ls.labels.get(utt_id)
+        if lab is None:
+            raise DataError(f"utterance '{utt_id}' has no labels in {ls.name}")
+        expected = num_frames * ls.label_rate / 25.0
+        tolerance = (self.max_frame_diff + 1) * ls.label_rate / 25.0
+        if abs(lab.numel() - expected) > tolerance:
+            raise DataError(
+                f"utterance '{utt_id}': {lab.numel()} labels in {ls.name} at {ls.label_rate:g} Hz, but its "
+                f"{num_frames} frames at 25 fps need about {expected:.0f}"
+            )
+        return lab
 
     def _add_noise(self, utt_id: str, wav: torch.Tensor, g: torch.Generator) -> torch.Tensor:
         cfg = self.noise
@@ -181,7 +215,8 @@ def collate(items: list[dict]) -> dict:
     Returns:
         dict with ``utt_ids`` (list[str]), ``audio`` (B, 104, T) float32 or None, ``video``
         (B, 1, T, 88, 88) float32 or None (zero-padded in time), ``lengths`` (B,) int64 frames,
-        ``ys_pad`` (B, L) int64 padded with -1 or None, ``ys_lens`` (B,) int64 or None, ``texts``.
+        ``ys_pad`` (B, L) int64 padded with -1 or None, ``ys_lens`` (B,) int64 or None, ``texts``,
+        ``labels``: a list with one ``(B, L_k)`` int64 tensor padded with -1 per label set, or None.
     """
     lengths = torch.tensor(
         [(it["video"] if it["video"] is not None else it["audio"]).shape[0] for it in items], dtype=torch.long
@@ -215,6 +250,14 @@ def collate(items: list[dict]) -> dict:
         batch["ys_pad"], batch["ys_lens"] = ys_pad, ys_lens
     else:
         batch["ys_pad"] = batch["ys_lens"] = None
+    batch["labels"] = None
+    if items[0].get("labels") is not None:
+        batch["labels"] = [
+            torch.nn.utils.rnn.pad_sequence(
+                [it["labels"][k] for it in items], batch_first=True, padding_value=-1
+            )
+            for k in range(len(items[0]["labels"]))
+        ]
     return batch
 
 

@@ -10,6 +10,7 @@ leaves a half-written file under the final name. Every error is a :class:`MediaE
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -17,7 +18,17 @@ import numpy as np
 import soundfile
 import torch
 
-__all__ = ["MediaError", "read_wav", "write_wav", "read_video", "write_video", "video_fps"]
+__all__ = [
+    "MediaError",
+    "read_wav",
+    "write_wav",
+    "read_video",
+    "write_video",
+    "video_fps",
+    "read_audio_track",
+    "read_video_rgb",
+    "write_av_video",
+]
 
 
 class MediaError(ValueError):
@@ -218,6 +229,189 @@ def write_video(
                 frame.pts = index
                 container.mux(stream.encode(frame))
             container.mux(stream.encode(None))
+        os.replace(tmp, path)
+    except Exception as exc:
+        tmp.unlink(missing_ok=True)
+        raise MediaError(f"cannot write video file {path}: {exc}") from exc
+
+
+# --- raw audio-visual recordings (any container): the input of the mouth ROI preprocessing ---------------
+
+
+def read_audio_track(path: str | os.PathLike, sample_rate: int = 16000) -> torch.Tensor:
+    """Decode the first audio stream of any container (mp4, mkv, wav, ...) as mono at ``sample_rate``.
+
+    As AV-HuBERT's LRS3 preparation (``ffmpeg -i x.mp4 -ac 1 -ar 16000 x.wav``), the audio is resampled by
+    FFmpeg's libswresample (PyAV's ``AudioResampler``); the channels are then averaged (the level of a
+    centred source is kept, where ``-ac 1`` would raise it by 3 dB; LRS3 and VoxCeleb2 are mono anyway).
+
+    Args:
+        path: the media file.
+        sample_rate: output sampling rate in Hz.
+
+    Returns:
+        ``torch.float32`` tensor ``(num_samples,)`` in about [-1, 1].
+
+    Raises:
+        MediaError: the file is missing, cannot be decoded, has no audio stream or no audio sample.
+    """
+    path = Path(path)
+    _check_exists(path, "media")
+    chunks = []
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.audio:
+                raise MediaError(f"media file {path} has no audio stream")
+            resampler = av.AudioResampler(format="fltp", rate=sample_rate)  # planar, input channels kept
+            for frame in container.decode(audio=0):
+                frame.pts = None  # let the resampler count samples (some containers have gaps in pts)
+                chunks += [f.to_ndarray().mean(axis=0) for f in resampler.resample(frame)]
+            chunks += [f.to_ndarray().mean(axis=0) for f in resampler.resample(None)]
+    except MediaError:
+        raise
+    except Exception as exc:  # av.error.FFmpegError and friends
+        raise MediaError(f"cannot read the audio of {path}: {exc}") from exc
+    wav = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, dtype=np.float32)
+    if wav.size == 0:
+        raise MediaError(f"media file {path} has no decodable audio sample")
+    return torch.from_numpy(wav)
+
+
+def _nearest_frames(times: np.ndarray, fps: float, duration: float) -> np.ndarray:
+    """Indices of the source frames shown at ``0, 1/fps, 2/fps, ...`` (nearest presentation time).
+
+    Args:
+        times: float ``(N,)`` increasing presentation times in seconds, ``times[0] = 0``.
+        fps: output frame rate.  duration: length of the source in seconds (last time + frame duration).
+
+    Returns:
+        int64 ``(round(duration * fps),)`` (at least one) indices into ``times``; ties go to the earlier one.
+    """
+    count = max(1, int(round(duration * fps)))
+    slots = np.arange(count) / fps
+    right = np.clip(np.searchsorted(times, slots, side="left"), 1, len(times) - 1) if len(times) > 1 else None
+    if right is None:
+        return np.zeros(count, dtype=np.int64)
+    left = right - 1
+    take_right = np.abs(times[right] - slots) < np.abs(slots - times[left])
+    return np.where(take_right, right, left).astype(np.int64)
+
+
+def read_video_rgb(path: str | os.PathLike, fps: float = 25.0) -> tuple[torch.Tensor, float]:
+    """Decode the first video stream of a file as RGB frames resampled to ``fps`` by timestamp.
+
+    Output frame ``k`` is the source frame whose presentation time is nearest to ``k / fps`` (times counted
+    from the first frame), as FFmpeg's ``fps`` filter does; the output has ``round(duration * fps)``
+    frames, the duration being the source's (last frame time + one source frame). So a 30 fps or a
+    29.97 fps recording becomes 25 fps of the same duration (some frames dropped), a 25 fps one is kept
+    frame for frame. Frames without a timestamp are placed at ``index / average_rate``.
+
+    Args:
+        path: a video file PyAV/FFmpeg can decode (LRS3 / VoxCeleb2 mp4, ...).
+        fps: output frame rate in frames per second.
+
+    Returns:
+        ``(frames, source_fps)``: ``torch.uint8`` ``(T, H, W, 3)`` RGB and the stream's average frame rate.
+
+    Raises:
+        MediaError: the file is missing, cannot be decoded, has no video stream or no frame.
+    """
+    path = Path(path)
+    _check_exists(path, "video")
+    frames, times = [], []
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise MediaError(f"video file {path} has no video stream")
+            stream = container.streams.video[0]
+            rate = float(stream.average_rate or stream.guessed_rate or fps)
+            for index, frame in enumerate(container.decode(video=0)):
+                times.append(frame.time if frame.time is not None else index / rate)
+                frames.append(frame.to_ndarray(format="rgb24"))
+    except MediaError:
+        raise
+    except Exception as exc:  # av.error.FFmpegError and friends
+        raise MediaError(f"cannot read video file {path}: {exc}") from exc
+    if not frames:
+        raise MediaError(f"video file {path} has no decodable frame")
+    order = np.argsort(np.asarray(times), kind="stable")  # presentation order (decoders give it already)
+    times = np.asarray(times, dtype=np.float64)[order]
+    times -= times[0]
+    frame_duration = float(np.median(np.diff(times))) if len(times) > 1 else 1.0 / rate
+    if frame_duration <= 0:
+        frame_duration = 1.0 / rate
+    keep = _nearest_frames(times, fps, times[-1] + frame_duration)
+    return torch.from_numpy(np.stack([frames[order[i]] for i in keep])), rate
+
+
+def write_av_video(
+    path: str | os.PathLike,
+    frames: torch.Tensor | np.ndarray,
+    wav: torch.Tensor | np.ndarray | None = None,
+    fps: int | Fraction = 25,
+    sample_rate: int = 16000,
+    crf: int = 23,
+    preset: str = "veryfast",
+) -> None:
+    """Write an H.264 (yuv420p) + AAC (mono) mp4, atomically (temporary file + ``os.replace``).
+
+    This makes raw-looking audio-visual recordings (LRS3-like test fixtures) for the ROI preprocessing;
+    the preprocessed corpus itself is written by :func:`write_video` and :func:`write_wav`.
+
+    Args:
+        path: the target ``.mp4``; its directory must exist.
+        frames: ``uint8`` RGB ``(T, H, W, 3)`` or gray ``(T, H, W)``, ``T >= 1``, even ``H`` and ``W``.
+        wav: ``(num_samples,)`` float waveform in [-1, 1] at ``sample_rate`` (clipped), or None for a
+            file without audio stream.
+        fps: video frame rate in frames per second (a ``Fraction`` for NTSC rates: ``Fraction(30000, 1001)``).
+        sample_rate: audio sampling rate in Hz.
+        crf, preset: x264 constant rate factor and speed preset.
+
+    Raises:
+        MediaError: bad shapes or dtypes, non-finite audio, or the file cannot be written.
+    """
+    path = Path(path)
+    if isinstance(frames, torch.Tensor):
+        frames = frames.detach().cpu().numpy()
+    frames = np.asarray(frames)
+    if frames.ndim == 3:
+        frames = np.repeat(frames[..., None], 3, axis=3)
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[3] != 3 or frames.shape[0] == 0:
+        raise MediaError(
+            f"cannot write video file {path}: expected uint8 frames (T, H, W, 3) or (T, H, W) with T >= 1, "
+            f"got {frames.dtype} {frames.shape}"
+        )
+    if frames.shape[1] % 2 or frames.shape[2] % 2:
+        raise MediaError(f"cannot write video file {path}: height and width must be even, got {frames.shape}")
+    if wav is not None:
+        if isinstance(wav, torch.Tensor):
+            wav = wav.detach().cpu().numpy()
+        wav = np.asarray(wav, dtype=np.float32)
+        if wav.ndim != 1 or wav.size == 0 or not np.all(np.isfinite(wav)):
+            raise MediaError(f"cannot write video file {path}: audio must be a finite non-empty 1-d waveform")
+        wav = np.clip(wav, -1.0, 1.0)
+    tmp = _tmp_path(path)
+    try:
+        with av.open(str(tmp), mode="w", format="mp4") as container:
+            video = container.add_stream("libx264", rate=fps)
+            video.width, video.height, video.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
+            video.options = {"crf": str(crf), "preset": preset, "threads": "1", "x264-params": "mbtree=0"}
+            audio = None
+            if wav is not None:
+                audio = container.add_stream("aac", rate=sample_rate, layout="mono")
+            for index, image in enumerate(frames):
+                frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+                frame.pts = index
+                container.mux(video.encode(frame))
+            container.mux(video.encode(None))
+            if audio is not None:
+                block = 1024  # AAC frame size
+                for start in range(0, wav.shape[0], block):
+                    chunk = wav[start : start + block]
+                    frame = av.AudioFrame.from_ndarray(chunk[None, :], format="flt", layout="mono")
+                    frame.sample_rate, frame.pts = sample_rate, start
+                    container.mux(audio.encode(frame))
+                container.mux(audio.encode(None))
         os.replace(tmp, path)
     except Exception as exc:
         tmp.unlink(missing_ok=True)

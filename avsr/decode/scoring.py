@@ -48,6 +48,7 @@ __all__ = [
     "score_condition",
     "collect_decode_dir",
     "sort_rows",
+    "systems_of",
     "environment_info",
     "format_results_md",
     "plot_wer_vs_snr",
@@ -229,11 +230,20 @@ def _noise_key(row: Mapping[str, Any]) -> tuple:
 
 
 def sort_rows(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Rows ordered by test set, noise (clean first), SNR ascending, modality (audio, video, audiovisual)."""
+    """Rows ordered by system (when rows name one; first-seen order), test set, noise (clean first), SNR
+    ascending, modality (audio, video, audiovisual)."""
+    rows = [dict(r) for r in rows]
+    systems = list(dict.fromkeys(r.get("system", "") for r in rows))
     return sorted(
-        (dict(r) for r in rows),
-        key=lambda r: (r["test_set"], *_noise_key(r), MODALITIES.index(r["modality"])),
+        rows,
+        key=lambda r: (systems.index(r.get("system", "")), r["test_set"], *_noise_key(r),
+                       MODALITIES.index(r["modality"])),
     )
+
+
+def systems_of(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The distinct ``system`` fields of ``rows`` in first-seen order (``[""]`` when rows name none)."""
+    return list(dict.fromkeys(r.get("system", "") for r in rows))
 
 
 def _check_rows(rows: list[dict[str, Any]]) -> None:
@@ -283,16 +293,39 @@ def _fmt_snr(snr: float | None) -> str:
     return "-" if snr is None else f"{snr:g}"
 
 
-def format_results_md(rows: list[dict[str, Any]], env: Mapping[str, str], title: str = "Results") -> str:
-    """RESULTS.md text: per test set a WER table (rows noise/SNR, columns modality), a detail table
-    (errors by type, words, utterances), then the environment."""
+def _comparison_md(rows: list[dict[str, Any]], systems: list[str]) -> list[str]:
+    """A table with one column per system: rows test set x condition x modality."""
+    lines = ["## Systems compared", "", "WER (%); each column is one system.", "",
+             "| test set | noise | SNR (dB) | modality | " + " | ".join(systems) + " |",
+             "|---|---|---:|---|" + "---:|" * len(systems)]
+    keys = list(dict.fromkeys((r["test_set"], r["noise"], r["snr_db"], r["modality"])
+                              for r in sort_rows({**r, "system": ""} for r in rows)))
+    table = {(r.get("system", ""), r["test_set"], r["noise"], r["snr_db"], r["modality"]): r["wer"]
+             for r in rows}
+    for t, noise, snr, mod in keys:
+        cells = [table.get((s, t, noise, snr, mod)) for s in systems]
+        lines.append(f"| {t} | {noise} | {_fmt_snr(snr)} | {mod} | "
+                     + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
+    return lines + [""]
+
+
+def format_results_md(rows: list[dict[str, Any]], env: Mapping[str, str], title: str = "Results",
+                      extra_md: str = "") -> str:
+    """RESULTS.md text: per system and test set a WER table (rows noise/SNR, columns modality) and a detail
+    table (errors by type, words, utterances); with several systems (rows with a ``system`` field) first a
+    table comparing them; then ``extra_md`` (e.g. cluster quality) and the environment."""
     rows = sort_rows(rows)
+    systems = systems_of(rows)
     lines = [f"# {title}", "", "WER (%) per test set, noise condition and input modality.", ""]
-    for test_set in sorted({r["test_set"] for r in rows}):
-        sub = [r for r in rows if r["test_set"] == test_set]
+    if len(systems) > 1:
+        lines += _comparison_md(rows, systems)
+    groups = [(s, t) for s in systems
+              for t in sorted({r["test_set"] for r in rows if r.get("system", "") == s})]
+    for system, test_set in groups:
+        sub = [r for r in rows if r["test_set"] == test_set and r.get("system", "") == system]
         mods = [m for m in MODALITIES if any(r["modality"] == m for r in sub)]
         lines += [
-            f"## {test_set}",
+            f"## {system + ': ' if system else ''}{test_set}",
             "",
             "| noise | SNR (dB) | " + " | ".join(mods) + " |",
             "|---|---:|" + "---:|" * len(mods),
@@ -320,6 +353,8 @@ def format_results_md(rows: list[dict[str, Any]], env: Mapping[str, str], title:
                 f"{r['num_utts']} |"
             )
         lines.append("")
+    if extra_md.strip():
+        lines += [extra_md.strip(), ""]
     lines += ["## Environment", ""]
     lines += [f"- {k}: {v}" for k, v in env.items()]
     return "\n".join(lines) + "\n"
@@ -335,6 +370,8 @@ def plot_wer_vs_snr(rows: list[dict[str, Any]], path: str | os.PathLike) -> None
     import matplotlib.pyplot as plt
 
     rows = sort_rows(rows)
+    systems = systems_of(rows)
+    styles = ["-", "--", "-.", ":"]
     test_sets = sorted({r["test_set"] for r in rows})
     fig, axes = plt.subplots(1, len(test_sets), figsize=(5.5 * len(test_sets), 4.2), squeeze=False)
     colors = {"audio": "tab:blue", "video": "tab:orange", "audiovisual": "tab:green"}
@@ -345,27 +382,32 @@ def plot_wer_vs_snr(rows: list[dict[str, Any]], path: str | os.PathLike) -> None
         span = (snrs[-1] - snrs[0]) if len(snrs) > 1 else 10.0
         x_clean = (snrs[-1] + max(span / 4, 2.5)) if snrs else 0.0
         noises = sorted({r["noise"] for r in sub if r["noise"] != "clean"})
-        for mod in MODALITIES:
-            for j, noise in enumerate(noises):
-                pts = [(r["snr_db"], r["wer"]) for r in sub if r["modality"] == mod and r["noise"] == noise]
-                if pts:
+        for k, system in enumerate(systems):
+            tag = f"{system}: " if system else ""
+            for mod in MODALITIES:
+                mine = [r for r in sub if r["modality"] == mod and r.get("system", "") == system]
+                for j, noise in enumerate(noises):
+                    pts = [(r["snr_db"], r["wer"]) for r in mine if r["noise"] == noise]
+                    if pts:
+                        ax.plot(
+                            *zip(*pts),
+                            marker=markers[j % len(markers)],
+                            linestyle=styles[k % len(styles)],
+                            color=colors[mod],
+                            label=f"{tag}{mod} ({noise})",
+                        )
+                clean = [r["wer"] for r in mine if r["noise"] == "clean"]
+                if clean:
+                    if len(systems) == 1:
+                        ax.axhline(clean[0], color=colors[mod], linestyle=":", linewidth=1)
                     ax.plot(
-                        *zip(*pts),
-                        marker=markers[j % len(markers)],
+                        [x_clean],
+                        clean[:1],
+                        marker="s" if k == 0 else "D",
+                        linestyle="none",
                         color=colors[mod],
-                        label=f"{mod} ({noise})",
+                        label=f"{tag}{mod} (clean)",
                     )
-            clean = [r["wer"] for r in sub if r["modality"] == mod and r["noise"] == "clean"]
-            if clean:
-                ax.axhline(clean[0], color=colors[mod], linestyle=":", linewidth=1)
-                ax.plot(
-                    [x_clean],
-                    clean[:1],
-                    marker="s",
-                    linestyle="none",
-                    color=colors[mod],
-                    label=f"{mod} (clean)",
-                )
         ticks = list(snrs) + ([x_clean] if any(r["noise"] == "clean" for r in sub) else [])
         ax.set_xticks(ticks, [f"{s:g}" for s in snrs] + (["clean"] if len(ticks) > len(snrs) else []))
         ax.set_xlabel("SNR (dB)")
@@ -399,7 +441,8 @@ def _write_text_atomic(path: Path, text: str) -> None:
 
 
 def write_results(
-    exp_dir: str | os.PathLike, rows: Iterable[Mapping[str, Any]], notes: str = "", title: str = "Results"
+    exp_dir: str | os.PathLike, rows: Iterable[Mapping[str, Any]], notes: str = "", title: str = "Results",
+    extra_md: str = "",
 ) -> Path:
     """Write ``results.json``, ``RESULTS.md`` and ``wer_vs_snr.png`` into ``exp_dir`` (created if needed).
 
@@ -409,6 +452,7 @@ def write_results(
             (extra fields such as ``sub/del/ins`` are kept in the JSON).
         notes: free text for the environment section of RESULTS.md (model, checkpoint, decode options...).
         title: heading of RESULTS.md.
+        extra_md: markdown placed before the environment section (e.g. cluster quality tables).
 
     Returns:
         The path of ``results.json``.
@@ -424,6 +468,7 @@ def write_results(
     exp_dir.mkdir(parents=True, exist_ok=True)
     out = exp_dir / "results.json"
     _write_text_atomic(out, json.dumps(rows, indent=2) + "\n")
-    _write_text_atomic(exp_dir / "RESULTS.md", format_results_md(rows, environment_info(notes), title))
+    md = format_results_md(rows, environment_info(notes), title, extra_md)
+    _write_text_atomic(exp_dir / "RESULTS.md", md)
     plot_wer_vs_snr(rows, exp_dir / "wer_vs_snr.png")
     return out

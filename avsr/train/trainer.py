@@ -1,4 +1,5 @@
-"""Training of :class:`avsr.models.asr.AVSRModel`: one CPU process, one GPU, or many through torchrun.
+"""Training of avsr models (``AVSRModel``, ``AVHubertPretrainModel``): one CPU process, one GPU, or many
+through torchrun.
 
 The same loop runs everywhere: with ``WORLD_SIZE > 1`` in the environment (set by ``torchrun``) it joins the
 process group and wraps the model in DistributedDataParallel; each rank reads its own share of the
@@ -28,7 +29,10 @@ from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomi
 logger = logging.getLogger("avsr.train")
 
 #: keys of a training YAML file that configure the model rather than the loop.
-MODEL_KEYS = ("encoder_conf", "decoder_conf", "model_conf")
+MODEL_KEYS = ("encoder_conf", "decoder_conf", "model_conf", "pretrain_conf")
+
+#: batch entries passed to a model that does not name its own (``batch_keys``): AVSRModel's arguments.
+ASR_BATCH_KEYS = ("audio", "video", "lengths", "ys_pad", "ys_lens")
 
 
 @dataclass
@@ -53,6 +57,8 @@ class TrainConfig:
         use_amp: bfloat16 autocast on CUDA.
         keep_nbest: number of last epoch checkpoints kept on disk (the rest are deleted).
         log_interval: optimiser steps between log lines.
+        freeze_finetune_updates: optimiser steps at the start during which the encoder is frozen (no
+            gradient, no update), as AV-HuBERT's fine-tuning (``freeze_finetune_updates``); 0 disables.
     """
 
     max_epoch: int = 30
@@ -72,12 +78,14 @@ class TrainConfig:
     use_amp: bool = True
     keep_nbest: int = 5
     log_interval: int = 20
+    freeze_finetune_updates: int = 0
 
 
 def load_train_config(path: str | os.PathLike) -> tuple[TrainConfig, dict]:
     """Read a training YAML: loop settings into :class:`TrainConfig`, model settings returned as a dict.
 
-    The model settings are the ``encoder_conf``, ``decoder_conf`` and ``model_conf`` mappings. They can
+    The model settings are the ``encoder_conf``, ``decoder_conf``, ``model_conf`` and (pretraining)
+    ``pretrain_conf`` mappings. They can
     come from a model YAML named by ``model_config`` (a path relative to the training YAML, e.g.
     ``../model/avsr_synthgrid_cpu.yaml``); keys given in the training YAML itself override its keys.
 
@@ -117,12 +125,14 @@ def _dist_info() -> tuple[int, int, int]:
 
 
 class Trainer:
-    """Trains an AVSR model on a training and a validation dataset into ``exp_dir``.
+    """Trains a model on a training and a validation dataset into ``exp_dir``.
 
     Args:
-        model: an ``AVSRModel`` (``forward(audio, video, lengths, ys_pad, ys_lens) -> (loss, stats)``).
+        model: a module whose ``forward(*[batch[k] for k in model.batch_keys]) -> (loss, stats dict of
+            floats)``; without ``batch_keys`` the arguments are AVSRModel's ``(audio, video, lengths, ys_pad,
+            ys_lens)``. A pretraining model names ``("audio", "video", "lengths", "labels")``.
         model_config: the dict the model was built from (saved in checkpoints so they rebuild the model).
-        train_set, valid_set: :class:`AVDataset` s with a tokenizer.
+        train_set, valid_set: :class:`AVDataset` s with a tokenizer (ASR) or label sets (pretraining).
         cfg: loop settings.
         exp_dir: output directory (checkpoints, ``train.log``, ``train_log.jsonl``).
         device: ``cpu``, ``cuda`` or ``cuda:N``; with torchrun the local rank's GPU.
@@ -211,8 +221,15 @@ class Trainer:
         }
 
     def _forward(self, batch: dict, model) -> tuple[torch.Tensor, dict]:
+        keys = getattr(self.model, "batch_keys", ASR_BATCH_KEYS)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
-            return model(batch["audio"], batch["video"], batch["lengths"], batch["ys_pad"], batch["ys_lens"])
+            return model(*[batch[k] for k in keys])
+
+    def _set_encoder_frozen(self) -> None:
+        """Freeze the encoder during the first ``freeze_finetune_updates`` optimiser steps."""
+        encoder = getattr(self.model, "encoder", None)
+        if self.cfg.freeze_finetune_updates > 0 and encoder is not None:
+            encoder.requires_grad_(self.step >= self.cfg.freeze_finetune_updates)
 
     def train_epoch(self) -> dict:
         """One pass over the training data; returns the mean of the batch statistics."""
@@ -230,6 +247,7 @@ class Trainer:
         )
         self.optimizer.zero_grad(set_to_none=True)
         for i, batch in enumerate(bar):
+            self._set_encoder_frozen()
             batch = self._to(batch)
             loss, stats = self._forward(batch, self.ddp)
             if not torch.isfinite(loss):
@@ -256,7 +274,8 @@ class Trainer:
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + float(v)
             n += 1
-            bar.set_postfix(loss=f"{float(stats['loss']):.3f}", acc=f"{float(stats.get('acc', 0)):.3f}")
+            acc = stats.get("acc", stats.get("acc_masked", float("nan")))
+            bar.set_postfix(loss=f"{float(stats['loss']):.3f}", acc=f"{float(acc):.3f}")
         return {k: v / max(1, n) for k, v in sums.items()}
 
     @torch.no_grad()

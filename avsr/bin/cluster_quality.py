@@ -1,0 +1,81 @@
+"""Phone purity, cluster purity and PNMI of a cluster label file against SynthGRID phone alignments.
+
+Reads ``<data-dir>/<name>.km`` (and its ``.km.json``) and, for every utterance, the festival alignment
+``<wav path without .wav>.phn``; frames outside every phone segment count as silence (``pau``) or, with
+``--drop-outside``, are left out. Prints a JSON object and a RESULTS.md table row; ``--out`` also writes
+the JSON (atomically). Definitions: HuBERT (Hsu et al., 2021), Sec. IV-D; see :mod:`avsr.clustering.quality`.
+
+``--report A.json B.json ... --out quality.md`` instead turns earlier results into one markdown table (the
+section the recipe adds to RESULTS.md).
+
+Usage: ``python -m avsr.bin.cluster_quality --labels data/valid/km_mfcc100.km --data-dir data/valid``;
+``python -m avsr.bin.cluster_quality --report exp/pt_iter1/km/quality.json exp/pt_iter2/km/quality.json
+--out cluster_quality.md``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from pathlib import Path
+
+from avsr.clustering.quality import SILENCE, label_quality, results_header, results_row
+
+logger = logging.getLogger("avsr.cluster_quality")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def report(paths: list[Path]) -> str:
+    """A markdown section with one table row per result JSON (in the given order).
+
+    Raises:
+        FileNotFoundError: a JSON file is missing; ValueError: it is not a cluster quality result (named).
+    """
+    rows = []
+    for path in paths:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        missing = [k for k in ("labels", "phone_purity", "cluster_purity", "pnmi") if k not in result]
+        if missing:
+            raise ValueError(f"{path}: not a cluster quality result (no {missing})")
+        rows.append(results_row(result))
+    return ("## Cluster quality\n\nPhone purity, cluster purity and PNMI of the pretraining targets against "
+            "the festival phone alignments (HuBERT, Hsu et al. 2021, Sec. IV-D), on the training set.\n\n"
+            + results_header() + "\n" + "\n".join(rows) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point (see the module docstring)."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--labels", type=Path, help="the .km label file")
+    mode.add_argument("--report", nargs="+", type=Path, help="result JSON files to tabulate as markdown")
+    p.add_argument("--data-dir", type=Path, help="its data dir (default: the label file's directory)")
+    p.add_argument("--drop-outside", action="store_true",
+                   help=f"leave out frames outside every phone segment (default: count them as '{SILENCE}')")
+    p.add_argument("--out", type=Path, help="also write the JSON here")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.report:
+        text = report(args.report)
+        if args.out is not None:
+            _write_atomic(args.out, text)
+        print(text)
+        return
+    data_dir = args.data_dir or args.labels.parent
+    result = label_quality(args.labels, data_dir, None if args.drop_outside else SILENCE)
+    text = json.dumps(result, indent=1) + "\n"
+    if args.out is not None:
+        _write_atomic(args.out, text)
+    print(text + results_header() + "\n" + results_row(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Fit k-means on dumped features, and write cluster labels for a data dir.
+
+``fit``: ``MiniBatchKMeans`` (AV-HuBERT's ``learn_kmeans.py`` settings by default) on a random subset of the
+shards ``<feat-dir>/<split>_*_*`` (``--percent`` of the utterances, as the original; ``--max-frames`` at most
+so many frames), saved with joblib to ``--km`` (plus ``<km>.json``).
+``apply``: the nearest centre of every frame of the shards of a data dir, written as ``<data-dir>/<name>.km``
+(``<utt-id> l1 l2 ...``, one label per feature frame: 100 Hz for MFCC, 25 Hz for layer features) and
+``<name>.km.json``; rerun it to redo the labels from the saved model.
+
+Usage::
+
+    python -m avsr.bin.kmeans fit --feat-dir exp/kmeans/mfcc --split train --km exp/kmeans/mfcc/km.joblib \\
+        --n-clusters 100 --percent 0.1
+    python -m avsr.bin.kmeans apply --feat-dir exp/kmeans/mfcc --split train --km exp/kmeans/mfcc/km.joblib \\
+        --data-dir data/train --name km_mfcc100
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import torch
+
+from avsr.clustering.kmeans import KMeansConfig, fit_kmeans, sample_features, write_kmeans_labels
+from avsr.clustering.shards import FeatureDumpError, find_shards, read_shard
+
+logger = logging.getLogger("avsr.kmeans")
+
+
+def _fit(args: argparse.Namespace) -> None:
+    shards = [read_shard(p) for p in find_shards(args.feat_dir, args.split)]
+    described = {(s.info["features"], s.info["rate"]) for s in shards}
+    if len(described) != 1:
+        raise FeatureDumpError(
+            f"{args.feat_dir}: shards of {args.split} hold different features {sorted(described)}"
+        )
+    features, rate = described.pop()
+    config = KMeansConfig(
+        n_clusters=args.n_clusters, init=args.init, max_iter=args.max_iter, batch_size=args.batch_size,
+        tol=args.tol, max_no_improvement=args.max_no_improvement, n_init=args.n_init,
+        reassignment_ratio=args.reassignment_ratio, seed=args.seed,
+    )
+    feats = sample_features(shards, args.percent, args.max_frames, args.seed)
+    fit_kmeans(feats, args.km, config, {"features": features, "rate": rate, "feat_dir": str(args.feat_dir),
+                                        "split": args.split, "percent": args.percent,
+                                        "max_frames": args.max_frames}, verbose=args.verbose)
+
+
+def _apply(args: argparse.Namespace) -> None:
+    shards = find_shards(args.feat_dir, args.split)
+    write_kmeans_labels(shards, args.km, args.data_dir, args.name, args.device)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point (see the module docstring)."""
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    defaults = KMeansConfig()
+    fit = sub.add_parser("fit", help="fit k-means on feature shards")
+    apply = sub.add_parser("apply", help="write the labels of a data dir")
+    for q in (fit, apply):
+        q.add_argument("--feat-dir", required=True, type=Path, help="directory of the feature shards")
+        q.add_argument("--split", required=True, help="shard name prefix (<split>_<rank>_<nshard>)")
+        q.add_argument("--km", required=True, type=Path, help="the k-means model file (km.joblib)")
+    fit.add_argument("--n-clusters", type=int, default=defaults.n_clusters, help="K (default: %(default)s)")
+    fit.add_argument("--percent", type=float, default=-1.0,
+                     help="fraction of each shard's utterances to fit on; negative: all (default)")
+    fit.add_argument("--max-frames", type=int, help="fit on at most this many frames (random)")
+    fit.add_argument("--seed", type=int, default=defaults.seed)
+    fit.add_argument("--init", default=defaults.init)
+    fit.add_argument("--max-iter", type=int, default=defaults.max_iter)
+    fit.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    fit.add_argument("--tol", type=float, default=defaults.tol)
+    fit.add_argument("--max-no-improvement", type=int, default=defaults.max_no_improvement)
+    fit.add_argument("--n-init", type=int, default=defaults.n_init)
+    fit.add_argument("--reassignment-ratio", type=float, default=defaults.reassignment_ratio)
+    fit.add_argument("--verbose", type=int, default=0, help="scikit-learn verbosity")
+    apply.add_argument("--data-dir", required=True, type=Path, help="data dir the features were dumped from")
+    apply.add_argument("--name", default="km", help="labels go to <data-dir>/<name>.km (default: km)")
+    apply.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    _fit(args) if args.command == "fit" else _apply(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,406 @@
+"""AV-HuBERT pretraining: masked multimodal cluster prediction.
+
+Source: Shi et al., "Learning Audio-Visual Speech Representation by Masked Multimodal Cluster Prediction"
+(ICLR 2022), Sec. 3; the model ``AVHubertModel`` (``forward``, ``apply_input_mask``, ``apply_feature_mask``,
+``forward_targets``, ``compute_logits``) in ``avhubert/hubert.py`` and the loss ``AVHubertCriterion`` in
+``avhubert/hubert_criterion.py`` of facebookresearch/av_hubert. The flow of one batch::
+
+    labels (B, T_label) at label_rate Hz --forward_targets--> (B, T) at 25 Hz (every ratio-th label)
+    audio (B, 104, T) -- span mask, frames -> mask_emb --+
+    video (B, 1, T, H, W) -- span mask, frames -> other frames of the utterance (same_seq) --+
+      -> encoder.embed (front-ends, modality dropout, fusion) -> encoder.encoder -> (B, T, D)
+      -> final_proj -> (B, T, final_dim [x label sets]) -> cosine with label embeddings / logit_temp
+      -> cross-entropy on masked frames (x pred_masked_weight) [+ unmasked (x pred_nomask_weight)]
+      + loss_weights[0] * features_pen
+
+The label embeddings are learned (``label_embs_concat``, as the original) or a momentum memory
+(``label_embedding: momentum``, :class:`avsr.autograd.MomentumLabelMemory`, NPID's non-parametric memory
+with the cluster mean of the projected frames as update -- an avsr option, not in AV-HuBERT).
+
+Loss normalisation follows the criterion plus fairseq's division of the gradient by the sample size: for
+each label set ``i``, ``(w_m * CE_sum(masked) + w_u * CE_sum(unmasked)) / N_i`` with ``N_i`` the number of
+frames with a label (not -1) in the parts whose weight is non-zero, summed over label sets, plus
+``loss_weights[0] * features_pen`` (the criterion multiplies it by the sample size, fairseq divides by it).
+Stats are in nats (fairseq logs base 2).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from avsr.autograd import MomentumLabelMemory
+from avsr.config import ConfigError, check_keys, from_dict, load_yaml
+from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
+from avsr.nn.masking import apply_input_mask, compute_span_mask
+
+__all__ = ["AVHubertPretrainConfig", "AVHubertPretrainModel"]
+
+CONFIG_KEYS = ("encoder_conf", "pretrain_conf", "num_classes")
+MASKING_TYPES = ("input", "feature")
+VIDEO_SELECTION_TYPES = ("same_seq", "same_other_seq", "zero")
+LABEL_EMBEDDINGS = ("learned", "momentum")
+#: minimum number of mask spans per utterance (``min_masks=2`` in ``AVHubertModel.apply_input_mask``)
+MIN_MASKS = 2
+
+
+@dataclass
+class AVHubertPretrainConfig:
+    """The ``pretrain_conf`` section; names are AV-HuBERT's, defaults its iteration-5 BASE recipe
+    (``avhubert/conf/pretrain/base_lrs3_iter5.yaml``) except ``label_rate``.
+
+    Attributes:
+        label_rate: frame rate of the cluster labels in Hz (100: MFCC labels of iteration 1; 25: labels from
+            AV-HuBERT features, iterations 2-5).
+        sample_rate: frame rate of the model input in Hz (AV-HuBERT task ``sample_rate``: 25).
+        mask_prob_audio, mask_length_audio: audio span masking (0.8, 10 frames).
+        mask_prob_image, mask_length_image: video span masking (0.3, 5 frames; iterations 1-4 used 0.8, 10).
+        require_same_masks: every utterance of a batch keeps as many masked frames as the one with the
+            fewest (the original always does this; see :func:`avsr.nn.masking.compute_span_mask`).
+        selection_type: what replaces masked video frames: ``same_seq`` (a span of the same utterance),
+            ``same_other_seq`` (the same frames of another utterance; the original's dataclass default) or
+            ``zero``. Masked audio frames are replaced by the learned ``mask_emb``, as in the original.
+        masking_type: ``input`` (mask audio and video before the front-ends, separate masks, loss on their
+            union; iteration 5) or ``feature`` (one mask on the fused features after ``dropout_input``,
+            filled with ``mask_emb``; iterations 1-4, needs equal audio and image mask settings).
+        final_dim: size of the projected frames and label embeddings (0: ``encoder_embed_dim``).
+        untie_final_proj: one projection per label set (``final_proj`` outputs ``final_dim`` x sets).
+        logit_temp: the cosine similarities are divided by it.
+        pred_masked_weight, pred_nomask_weight: weights of the loss on masked / unmasked frames (criterion
+            ``av_hubert``); with ``pred_nomask_weight`` 0 the unmasked loss and accuracy are computed for the
+            stats only, without gradient.
+        loss_weights: ``[w]``: weight of the ``features_pen`` term (mean square of the fused front-end
+            features); ``[]`` for none.
+        label_embedding: ``learned`` (the original's ``label_embs_concat``) or ``momentum`` (a
+            :class:`avsr.autograd.MomentumLabelMemory` per label set, temperature ``logit_temp``).
+        label_memory_momentum: momentum ``m`` of the memory update (NPID's default 0.5).
+    """
+
+    label_rate: float = 100
+    sample_rate: float = 25
+    mask_prob_audio: float = 0.8
+    mask_length_audio: int = 10
+    mask_prob_image: float = 0.3
+    mask_length_image: int = 5
+    require_same_masks: bool = True
+    selection_type: str = "same_seq"
+    masking_type: str = "input"
+    final_dim: int = 256
+    untie_final_proj: bool = True
+    logit_temp: float = 0.1
+    pred_masked_weight: float = 1.0
+    pred_nomask_weight: float = 0.0
+    loss_weights: list[float] = field(default_factory=lambda: [10.0])
+    label_embedding: str = "learned"
+    label_memory_momentum: float = 0.5
+
+    def __post_init__(self) -> None:
+        """Check values. Raises :class:`avsr.config.ConfigError` naming the offending key."""
+        def number(name: str) -> float:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{name} must be a number, got {value!r}")
+            return float(value)
+
+        for name in ("label_rate", "sample_rate", "logit_temp"):
+            if not number(name) > 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("mask_prob_audio", "mask_prob_image", "label_memory_momentum"):
+            if not 0.0 <= number(name) <= 1.0:
+                raise ConfigError(f"{name} must lie in [0, 1], got {getattr(self, name)!r}")
+        for name in ("pred_masked_weight", "pred_nomask_weight"):
+            if not number(name) >= 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        for name, low in (("mask_length_audio", 1), ("mask_length_image", 1), ("final_dim", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
+        choices = (("selection_type", VIDEO_SELECTION_TYPES), ("masking_type", MASKING_TYPES),
+                   ("label_embedding", LABEL_EMBEDDINGS))
+        for name, allowed in choices:
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        weights = [] if self.loss_weights is None else self.loss_weights
+        if (not isinstance(weights, (list, tuple)) or len(weights) > 1
+                or any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights)):
+            raise ConfigError(f"loss_weights must be [] or [w] with w >= 0 (the features_pen weight), got "
+                              f"{self.loss_weights!r}")
+        self.loss_weights = [float(w) for w in weights]
+        if self.masking_type == "feature" and (self.mask_prob_audio != self.mask_prob_image
+                                               or self.mask_length_audio != self.mask_length_image):
+            raise ConfigError("masking_type 'feature' uses one mask for both modalities: mask_prob_audio/"
+                              "mask_length_audio must equal mask_prob_image/mask_length_image, got "
+                              f"{self.mask_prob_audio}/{self.mask_length_audio} and "
+                              f"{self.mask_prob_image}/{self.mask_length_image}")
+
+
+class AVHubertPretrainModel(nn.Module):
+    """AV-HuBERT encoder + masked cluster prediction head and loss.
+
+    Args:
+        num_classes: number of clusters ``K`` of each label set (e.g. ``[500]``, or ``[100, 500]`` for two
+            label sets predicted at once).
+        encoder_conf: options of :class:`avsr.encoder.AVHubertEncoder` (mapping or config object).
+        pretrain_conf: :class:`AVHubertPretrainConfig` or a mapping of its fields.
+
+    Submodules/parameters (names as the original's, so state-dict keys of ``encoder.`` match AVSRModel's):
+    ``encoder``; ``final_proj`` (Linear ``D -> final_dim * sets`` when ``untie_final_proj``, else
+    ``D -> final_dim``); ``mask_emb`` (``(audio_feat_dim,)`` for input masking, ``(D,)`` for feature
+    masking; init U[0, 1)); ``label_embs_concat`` (``(sum K, final_dim)``, init U[0, 1)) for learned label
+    embeddings, or ``label_memories`` (one :class:`~avsr.autograd.MomentumLabelMemory` per set) for momentum
+    ones. The original's cluster ids include the 4 special symbols of a fairseq dictionary; here
+    ``K`` counts clusters only.
+
+    Raises:
+        avsr.config.ConfigError: bad ``encoder_conf``/``pretrain_conf`` (key named) or ``num_classes``.
+    """
+
+    #: the trainer calls ``model(*[batch[k] for k in batch_keys])``
+    batch_keys = ("audio", "video", "lengths", "labels")
+
+    def __init__(self, num_classes: Sequence[int],
+                 encoder_conf: Mapping[str, Any] | AVHubertEncoderConfig | None = None,
+                 pretrain_conf: Mapping[str, Any] | AVHubertPretrainConfig | None = None) -> None:
+        super().__init__()
+        if isinstance(num_classes, int) and not isinstance(num_classes, bool):
+            num_classes = [num_classes]
+        if (not isinstance(num_classes, Sequence) or not num_classes
+                or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in num_classes)):
+            raise ConfigError(f"num_classes must be a positive integer or a list of them, got "
+                              f"{num_classes!r}")
+        if not isinstance(pretrain_conf, AVHubertPretrainConfig):
+            pretrain_conf = from_dict(AVHubertPretrainConfig, pretrain_conf, "pretrain_conf")
+        if isinstance(encoder_conf, AVHubertEncoderConfig):
+            self.encoder = AVHubertEncoder(config=encoder_conf)
+        else:
+            self.encoder = AVHubertEncoder(**(encoder_conf or {}))
+        self.conf = pretrain_conf
+        self.num_classes = [int(k) for k in num_classes]
+        d = self.encoder.output_size()
+        self.final_dim = pretrain_conf.final_dim if pretrain_conf.final_dim > 0 else d
+        sets = len(self.num_classes)
+        proj_dim = self.final_dim * sets if pretrain_conf.untie_final_proj else self.final_dim
+        self.final_proj = nn.Linear(d, proj_dim)
+        emb_dim = self.encoder.config.audio_feat_dim if pretrain_conf.masking_type == "input" else d
+        self.mask_emb = nn.Parameter(torch.empty(emb_dim).uniform_())
+        self.label_embs_concat: nn.Parameter | None = None
+        self.label_memories: nn.ModuleList | None = None
+        if pretrain_conf.label_embedding == "learned":
+            embs = torch.empty(sum(self.num_classes), self.final_dim).uniform_()
+            self.label_embs_concat = nn.Parameter(embs)
+        else:
+            self.label_memories = nn.ModuleList(
+                MomentumLabelMemory(k, self.final_dim, pretrain_conf.logit_temp,
+                                    pretrain_conf.label_memory_momentum) for k in self.num_classes
+            )
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], where: str = "model config") -> AVHubertPretrainModel:
+        """Build from ``{"encoder_conf": {...}, "pretrain_conf": {...}, "num_classes": [K, ...]}``.
+
+        Args:
+            config: the mapping (``num_classes`` required; it may also be a single integer).
+            where: origin named in error messages (a file name).
+
+        Raises:
+            avsr.config.ConfigError: unknown key at any level (named with ``where``), missing or invalid
+                ``num_classes``, a section that is not a mapping, or a bad value (key named).
+        """
+        check_keys(config, CONFIG_KEYS, where)
+        if "num_classes" not in config:
+            raise ConfigError(f"{where}: missing 'num_classes'")
+        for key in ("encoder_conf", "pretrain_conf"):
+            if config.get(key) is not None and not isinstance(config[key], Mapping):
+                raise ConfigError(f"{where}: {key} must be a mapping, got {type(config[key]).__name__}")
+        encoder_conf = from_dict(AVHubertEncoderConfig, config.get("encoder_conf"), f"{where}: encoder_conf")
+        pretrain_conf = from_dict(
+            AVHubertPretrainConfig, config.get("pretrain_conf"), f"{where}: pretrain_conf"
+        )
+        try:
+            return cls(config["num_classes"], encoder_conf, pretrain_conf)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from e
+
+    @classmethod
+    def from_yaml(cls, path: str | os.PathLike) -> AVHubertPretrainModel:
+        """:meth:`from_config` on a YAML file; errors name the file."""
+        return cls.from_config(load_yaml(path), str(path))
+
+    def align_targets(self, labels: Sequence[Tensor], num_frames: int) -> tuple[list[Tensor], int]:
+        """Labels at ``label_rate`` -> one label per input frame (AV-HuBERT ``forward_targets``).
+
+        With ``ratio = label_rate / sample_rate`` and ``T_l`` the shortest padded label length over the
+        label sets: if ``ratio * num_frames > T_l`` only the first ``int(T_l / ratio)`` frames are used;
+        frame ``t`` gets label ``int(t * ratio)`` (float32 arithmetic, as the original).
+
+        Args:
+            labels: one ``(B, T_l)`` integer tensor per label set, ids in ``[0, K)``, -1 for no label.
+            num_frames: ``T``, input frames.
+
+        Returns:
+            ``(targets, T_used)``: a list of ``(B, T_used)`` int64 tensors and the number of frames used.
+
+        Raises:
+            ValueError: wrong number of label sets, a tensor that is not 2-D integer, batch sizes that
+                differ, an id outside ``[-1, K)`` (set and batch item named), or labels too short for one
+                frame.
+        """
+        sets = len(self.num_classes)
+        if isinstance(labels, Tensor) or not isinstance(labels, Sequence) or len(labels) != sets:
+            got = type(labels).__name__ + (f" of length {len(labels)}" if hasattr(labels, "__len__") else "")
+            raise ValueError(f"labels must be a list of {sets} tensor(s) (B, T_label), one per label set, "
+                             f"got {got}")
+        b = labels[0].shape[0] if labels[0].dim() > 0 else -1
+        for i, (lab, k) in enumerate(zip(labels, self.num_classes)):
+            if lab.dim() != 2 or lab.is_floating_point() or lab.is_complex() or lab.shape[0] != b:
+                raise ValueError(f"labels[{i}] must be an integer tensor (B={b}, T_label), got {lab.dtype} "
+                                 f"{tuple(lab.shape)}")
+            bad = (lab < -1) | (lab >= k)
+            if bool(bad.any()):
+                u = int(bad.any(1).nonzero()[0])
+                raise ValueError(f"labels[{i}] of batch item {u}: ids must lie in [0, {k}) or be -1 (no "
+                                 f"label); got {lab[u][bad[u]].unique().tolist()}")
+        ratio = float(self.conf.label_rate) / float(self.conf.sample_rate)
+        t_lab = min(lab.shape[1] for lab in labels)
+        t_used = num_frames
+        if ratio * num_frames > t_lab:
+            t_used = int(t_lab / ratio)
+        if t_used < 1:
+            raise ValueError(f"labels ({t_lab} per utterance at {self.conf.label_rate} Hz) are too short for "
+                             f"one input frame at {self.conf.sample_rate} Hz")
+        idx = (torch.arange(t_used, dtype=torch.float32) * ratio).long().to(labels[0].device)
+        return [lab[:, idx].long() for lab in labels], t_used
+
+    def _logits(self, i: int, feats: Tensor, targets: Tensor) -> Tensor:
+        """Logits ``(N, K_i)`` float32 of projected frames ``feats (N, final_dim)`` against label set ``i``:
+        cosine similarity / ``logit_temp`` (``compute_logits`` with ``sim_type: cosine``: the norms' product
+        clamped at 1e-6). The momentum memory is updated from ``targets`` in the backward pass."""
+        feats = feats.float()
+        if self.label_memories is not None:
+            return self.label_memories[i](F.normalize(feats, dim=-1), targets)
+        start = sum(self.num_classes[:i])
+        emb = self.label_embs_concat[start:start + self.num_classes[i]].float()
+        norms = feats.norm(dim=-1)[:, None] * emb.norm(dim=-1)[None, :]
+        return (feats @ emb.t()) / norms.clamp(min=1e-6) / self.conf.logit_temp
+
+    def _mask_inputs(self, audio: Tensor | None, video: Tensor | None, padding: Tensor, lengths: Tensor
+                     ) -> tuple[Tensor | None, Tensor | None, Tensor]:
+        """Input masking (``apply_input_mask``): separate span masks for audio and video; audio frames get
+        ``mask_emb``, video frames per ``selection_type``; a batch of one gets zeros (as the original).
+        Returns the masked inputs and the union of the masks ``(B, T)``."""
+        c = self.conf
+        b, t = padding.shape
+        union = torch.zeros(b, t, dtype=torch.bool, device=padding.device)
+        if audio is not None and c.mask_prob_audio > 0:
+            m = compute_span_mask((b, t), padding, c.mask_prob_audio, c.mask_length_audio, MIN_MASKS,
+                                  require_same_masks=c.require_same_masks)
+            audio = apply_input_mask(audio, m, "mask_emb" if b > 1 else "zero", time_dim=2,
+                                     mask_emb=self.mask_emb)
+            union |= m
+        if video is not None and c.mask_prob_image > 0:
+            m = compute_span_mask((b, t), padding, c.mask_prob_image, c.mask_length_image, MIN_MASKS,
+                                  require_same_masks=c.require_same_masks)
+            video = apply_input_mask(video, m, c.selection_type if b > 1 else "zero", time_dim=2,
+                                     lengths=lengths)
+            union |= m
+        return audio, video, union
+
+    def forward(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor, labels: Sequence[Tensor]
+                ) -> tuple[Tensor, dict[str, float]]:
+        """Masked cluster prediction loss of a batch (in train and eval mode alike masks are drawn, from the
+        global RNG, as the original's validation; modality dropout and dropouts only in training).
+
+        Args:
+            audio: ``(B, 104, T)`` float audio features at 25 Hz, or None.
+            video: ``(B, 1, T, H, W)`` float normalised mouth crops at 25 fps, or None.
+            lengths: ``(B,)`` int64 valid frames per utterance.
+            labels: one ``(B, T_label)`` int64 tensor per label set at ``label_rate`` Hz
+                (``T_label ~= T * label_rate / 25``), padded with -1; -1 frames are ignored.
+
+        Returns:
+            ``loss`` (scalar float32, differentiable) and ``stats`` (floats): ``loss``, ``loss_masked`` and
+            ``loss_unmasked`` (mean cross-entropy per labelled frame, summed over label sets),
+            ``loss_features_pen`` (``loss_weights[0] * features_pen``), ``acc_masked``, ``acc_unmasked``
+            (argmax accuracy over labelled frames of all sets; nan without such frames), ``n_masked``,
+            ``n_unmasked`` (non-padding frames). Padding frames are in neither part.
+
+        Raises:
+            ValueError: the label errors of :meth:`align_targets`, both modalities None, and the encoder's
+                input errors.
+        """
+        ref = audio if audio is not None else video
+        if ref is None:
+            raise ValueError("audio and video are both None; at least one modality is needed")
+        b, t = ref.shape[0], ref.shape[2]
+        targets, t_used = self.align_targets(labels, t)
+        device = ref.device
+        targets = [tgt.to(device) for tgt in targets]
+        lengths = lengths.to(device, torch.long)
+        if t_used < t:  # labels shorter than the features: crop (forward_targets)
+            audio = audio[:, :, :t_used] if audio is not None else None
+            video = video[:, :, :t_used] if video is not None else None
+            lengths = lengths.clamp(max=t_used)
+            t = t_used
+        padding = torch.arange(t, device=device)[None, :] >= lengths[:, None]
+
+        c = self.conf
+        if c.masking_type == "input":
+            audio, video, mask = self._mask_inputs(audio, video, padding, lengths)
+        emb = self.encoder.embed({"audio": audio, "video": video}, lengths)
+        x = emb.x
+        if c.masking_type == "feature":
+            mask = compute_span_mask((b, t), padding, c.mask_prob_audio, c.mask_length_audio, MIN_MASKS,
+                                     require_same_masks=c.require_same_masks)
+            x = apply_input_mask(x, mask, "mask_emb", mask_emb=self.mask_emb)
+        x = self.encoder.encoder(x, emb.padding_mask)
+
+        proj = self.final_proj(x)
+        sets = len(self.num_classes)
+        projs = proj.chunk(sets, dim=-1) if c.untie_final_proj else [proj] * sets
+        masked, unmasked = mask & ~padding, ~mask & ~padding
+        w_m, w_u = c.pred_masked_weight, c.pred_nomask_weight
+        loss = proj.new_zeros((), dtype=torch.float32)
+        sums = {"loss_m": 0.0, "loss_u": 0.0, "cor_m": 0, "cnt_m": 0, "cor_u": 0, "cnt_u": 0}
+        with torch.autocast(device.type, enabled=False):
+            for i, (p, tgt) in enumerate(zip(projs, targets)):
+                if w_u > 0:  # one call over all frames (one memory update per step)
+                    valid = ~padding
+                    logits = self._logits(i, p[valid], tgt[valid])
+                    is_m = masked[valid]
+                    lg_m, t_m, lg_u, t_u = logits[is_m], tgt[masked], logits[~is_m], tgt[unmasked]
+                else:
+                    lg_m, t_m = self._logits(i, p[masked], tgt[masked]), tgt[masked]
+                    with torch.no_grad():
+                        lg_u, t_u = self._logits(i, p[unmasked], tgt[unmasked]), tgt[unmasked]
+                ce_m = F.cross_entropy(lg_m, t_m, ignore_index=-1, reduction="sum")
+                ce_u = F.cross_entropy(lg_u, t_u, ignore_index=-1, reduction="sum")
+                n_m, n_u = int((t_m >= 0).sum()), int((t_u >= 0).sum())
+                size = (n_m if w_m > 0 else 0) + (n_u if w_u > 0 else 0)
+                loss = loss + (w_m * ce_m + (w_u * ce_u if w_u > 0 else 0.0)) / max(size, 1)
+                sums["loss_m"] += float(ce_m.detach()) / max(n_m, 1)
+                sums["loss_u"] += float(ce_u.detach()) / max(n_u, 1)
+                with torch.no_grad():
+                    sums["cor_m"] += int((lg_m.argmax(-1) == t_m).sum()) if n_m else 0
+                    sums["cor_u"] += int((lg_u.argmax(-1) == t_u).sum()) if n_u else 0
+                sums["cnt_m"] += n_m
+                sums["cnt_u"] += n_u
+            pen = c.loss_weights[0] * emb.features_pen.float() if c.loss_weights else loss.new_zeros(())
+            loss = loss + pen
+        nan = float("nan")
+        stats = {
+            "loss": float(loss.detach()),
+            "loss_masked": sums["loss_m"],
+            "loss_unmasked": sums["loss_u"],
+            "loss_features_pen": float(pen.detach()),
+            "acc_masked": sums["cor_m"] / sums["cnt_m"] if sums["cnt_m"] else nan,
+            "acc_unmasked": sums["cor_u"] / sums["cnt_u"] if sums["cnt_u"] else nan,
+            "n_masked": float(masked.sum()),
+            "n_unmasked": float(unmasked.sum()),
+        }
+        return loss, stats
