@@ -3,7 +3,7 @@
 # training utterances (no transcripts), then fine-tuning on 10% of them with transcripts, compared with the
 # same fine-tuning from scratch. About 40 min on 2 CPU cores.
 #   iteration 1: MFCC (39-dim, 100 Hz) -> k-means K=100 -> pretraining
-#   iteration 2: layer features of iteration 1's model (25 Hz) -> k-means K=200 -> pretraining
+#   iteration 2: layer features of iteration 1's model (25 Hz) -> k-means K=500 -> pretraining
 #   ./run_pretrain.sh                       # everything (stages 1-11)
 #   ./run_pretrain.sh --finetune-percent 20 # more labels
 #   ./run_pretrain.sh --stage 9             # fine-tune, decode and score again
@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 exec ./run.sh \
   --pretrain-iters 2 \
   --pretrain-config conf/pretrain/avhubert_synthgrid_cpu.yaml \
-  --km-classes 100 --km-classes2 200 \
+  --km-classes 100 --km-classes2 500 \
   --finetune-percent 10 \
   --scratch-baseline true \
   --train-config conf/train/avsr_synthgrid_cpu_finetune.yaml \
