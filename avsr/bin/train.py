@@ -33,7 +33,6 @@ from avsr.config import ConfigError
 from avsr.data.datadir import read_datadir
 from avsr.data.dataset import AVDataset, LabelSet
 from avsr.data.tokenizer import Tokenizer
-from avsr.train.checkpoint import load_checkpoint
 from avsr.train.trainer import Trainer, build_noise, load_train_config
 
 logger = logging.getLogger("avsr.train")
@@ -71,16 +70,26 @@ def load_label_sets(data_dir: Path, names: list[str]) -> list[LabelSet]:
 
 
 def init_encoder(model: torch.nn.Module, path: Path) -> None:
-    """Copy the ``encoder.*`` weights of an avsr checkpoint (pretraining or ASR) into ``model.encoder``.
+    """Copy the encoder weights of a checkpoint into ``model.encoder`` (fine-tuning a pretrained encoder).
+
+    Accepts avsr checkpoints (pretraining or ASR models, an encoder written by ``avsr-convert``) and official
+    fairseq AV-HuBERT checkpoints (``av_hubert`` pretraining, fine-tuned ones), read safely and mapped by
+    :func:`avsr.compat.read_checkpoint`.
 
     Raises:
-        ConfigError: the checkpoint has no encoder weights, or they do not fit (missing/unexpected keys or
-            shapes named).
+        ConfigError: not a checkpoint with an AV-HuBERT encoder, or weights that do not fit this model's
+            encoder (missing/unexpected keys or shapes named; e.g. another ``encoder_embed_dim``).
     """
-    state = load_checkpoint(path)["model"]
-    enc = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
-    if not enc:
-        raise ConfigError(f"--init-encoder {path}: no encoder.* weights in the checkpoint")
+    from avsr.compat import CheckpointError, read_checkpoint
+
+    try:
+        enc = read_checkpoint(path).encoder_state
+    except (CheckpointError, FileNotFoundError) as e:
+        raise ConfigError(f"--init-encoder {path}: {e}") from e
+    own = model.encoder.state_dict()
+    for key, value in own.items():  # BatchNorm counters are not in every checkpoint
+        if key.endswith("num_batches_tracked") and key not in enc:
+            enc[key] = torch.zeros_like(value)
     try:
         model.encoder.load_state_dict(enc, strict=True)
     except RuntimeError as e:

@@ -23,6 +23,10 @@ log() { echo "$(date '+%Y-%m-%dT%H:%M:%S') (${BASH_SOURCE[1]##*/}:${BASH_LINENO[
 stage=${stage:-1}
 stop_stage=${stop_stage:-100}
 ngpu=${ngpu:-0}                     # 0: CPU; 1: one GPU; >1: torchrun --nproc_per_node ngpu
+nnodes=${nnodes:-1}                 # training on several nodes: run the training stages on every node with
+node_rank=${node_rank:-0}           #   --nnodes N --node-rank R --master-addr HOST (torchrun's static rendezvous)
+master_addr=${master_addr:-}
+master_port=${master_port:-29500}
 nj=${nj:-2}                         # parallel jobs for corpus preparation
 python=${python:-python3}
 corpus_dir=${corpus_dir:-corpus}    # <split>/<speaker>/<utt>.{wav,mp4,txt}
@@ -30,6 +34,7 @@ local_data_opts=${local_data_opts:-}
 data_dir=${data_dir:-data}
 exp_dir=${exp_dir:-exp}
 train_set=${train_set:-train}
+pretrain_set=${pretrain_set:-}      # data of the pretraining stages 5-8 (default: train_set)
 valid_set=${valid_set:-valid}
 test_sets=${test_sets:-test}
 vocab_size=${vocab_size:-64}        # sentencepiece vocabulary (soft limit)
@@ -53,6 +58,7 @@ km_classes2=${km_classes2:-500}            # k-means clusters of iteration 2 (tr
 km_layer=${km_layer:-}                     # layer of iteration 1's model for iteration 2 (default: middle)
 km_percent=${km_percent:--1}              # share of the utterances used to fit k-means, 0..1 (-1: all)
 scratch_baseline=${scratch_baseline:-false}  # also train the same model from scratch (stage 9)
+init_encoder=${init_encoder:-}             # stage 9 without pretraining stages: start the encoder from this
 
 # ---- options: --name value ----
 while [ $# -gt 0 ]; do
@@ -75,6 +81,8 @@ done
 case "$pretrain_iters" in 0|1|2) ;; *) log "--pretrain-iters must be 0, 1 or 2, got ${pretrain_iters}"; exit 1 ;; esac
 [ "$pretrain_iters" -eq 0 ] || [ -n "$pretrain_config" ] || { log "--pretrain-iters ${pretrain_iters} needs --pretrain-config"; exit 1; }
 [ -n "$pretrain_config2" ] || pretrain_config2="$pretrain_config"
+[ -n "$pretrain_set" ] || pretrain_set="$train_set"
+[ "$nnodes" -eq 1 ] || [ -n "$master_addr" ] || { log "--nnodes ${nnodes} needs --master-addr"; exit 1; }
 # the training set of stage 9 (and of the tokenizer): all of train_set or a labeled subset of it
 asr_train_set="$train_set"
 [ "$finetune_percent" = 100 ] || asr_train_set="${train_set}_${finetune_percent}pct"
@@ -121,7 +129,7 @@ stage_roi() {
 
 stage_datadirs() {
   "$python" -m avsr.bin.prepare_data --corpus "$corpus_dir" --out "$data_dir" \
-    --splits "$train_set" "$valid_set" $test_sets
+    --splits "$train_set" "$valid_set" $test_sets $([ "$pretrain_set" = "$train_set" ] || echo "$pretrain_set")
   if [ "$asr_train_set" != "$train_set" ]; then
     "$python" -m avsr.bin.subset_data --src "${data_dir}/${train_set}" --dst "${data_dir}/${asr_train_set}" \
       --percent "$finetune_percent"
@@ -133,8 +141,12 @@ stage_tokenizer() {
     --vocab-size "$vocab_size" --model-type "$bpemode"
 }
 
-launcher() {  # the python command of a training job: torchrun for several GPUs
-  if [ "$ngpu" -gt 1 ]; then echo "$python -m torch.distributed.run --standalone --nproc_per_node $ngpu"; else echo "$python"; fi
+launcher() {  # the python command of a training job: torchrun for several GPUs and/or nodes
+  if [ "$nnodes" -gt 1 ]; then
+    echo "$python -m torch.distributed.run --nnodes $nnodes --node_rank $node_rank --master_addr $master_addr" \
+      "--master_port $master_port --nproc_per_node $((ngpu > 0 ? ngpu : 1))"
+  elif [ "$ngpu" -gt 1 ]; then echo "$python -m torch.distributed.run --standalone --nproc_per_node $ngpu"
+  else echo "$python"; fi
 }
 
 stage_cluster() {  # stage_cluster ITER: features -> k-means -> labels of train and valid sets -> quality
@@ -152,18 +164,18 @@ print(max(1, (c['model_config']['encoder_conf'].get('encoder_layers', 12) + 1) /
     fi
     feat_opts=(--feature layer --checkpoint "$ckpt" --layer "$layer" --device "$dev"); k="$km_classes2"
   fi
-  for s in "$train_set" "$valid_set"; do
+  for s in "$pretrain_set" "$valid_set"; do
     "$python" -m avsr.bin.dump_features --data-dir "${data_dir}/${s}" --feat-dir "${km_dir}/feats" \
       --split "$s" "${feat_opts[@]}"
   done
   [ -f "${km_dir}/km.joblib" ] || "$python" -m avsr.bin.kmeans fit --feat-dir "${km_dir}/feats" \
-    --split "$train_set" --km "${km_dir}/km.joblib" --n-clusters "$k" --percent "$km_percent"
-  for s in "$train_set" "$valid_set"; do
+    --split "$pretrain_set" --km "${km_dir}/km.joblib" --n-clusters "$k" --percent "$km_percent"
+  for s in "$pretrain_set" "$valid_set"; do
     "$python" -m avsr.bin.kmeans apply --feat-dir "${km_dir}/feats" --split "$s" --km "${km_dir}/km.joblib" \
       --data-dir "${data_dir}/${s}" --name "iter${it}"
   done
   # cluster quality against phone alignments, where the corpus has them (SynthGRID's <utt>.phn)
-  if ! "$python" -m avsr.bin.cluster_quality --labels "${data_dir}/${train_set}/iter${it}.km" \
+  if ! "$python" -m avsr.bin.cluster_quality --labels "${data_dir}/${pretrain_set}/iter${it}.km" \
       --out "${km_dir}/quality.json"; then
     log "no cluster quality for iteration ${it} (no phone alignments in this corpus?)"
   fi
@@ -174,7 +186,7 @@ stage_pretrain() {  # stage_pretrain ITER
   [ "$it" -eq 2 ] && cfg="$pretrain_config2"
   [ -n "$train_noise" ] && noise_opt=(--train-noise "$train_noise")
   # shellcheck disable=SC2046
-  $(launcher) -m avsr.bin.train --config "$cfg" --train-data "${data_dir}/${train_set}" \
+  $(launcher) -m avsr.bin.train --config "$cfg" --train-data "${data_dir}/${pretrain_set}" \
     --valid-data "${data_dir}/${valid_set}" --labels "iter${it}.km" --exp-dir "${pt_exp}_iter${it}" \
     --ngpu "$([ "$ngpu" -gt 0 ] && echo 1 || echo 0)" "${noise_opt[@]}"
 }
@@ -186,6 +198,8 @@ stage_train() {
     local ckpt; ckpt="$(ls -1v "${pt_exp}_iter${pretrain_iters}"/epoch*.pt 2>/dev/null | tail -n 1)"
     [ -n "$ckpt" ] || { log "no checkpoint of pretraining iteration ${pretrain_iters}"; return 1; }
     init_opt=(--init-encoder "$ckpt")
+  elif [ -n "$init_encoder" ]; then
+    init_opt=(--init-encoder "$init_encoder")
   fi
   for sys in "${systems[@]}"; do
     local opts=()

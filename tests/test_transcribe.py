@@ -1,0 +1,412 @@
+"""`avsr transcribe`: raw face video -> the words of the recipe's decoding of its ROI; word timings; errors.
+
+SynthGRID utterances are written as full-frame face videos (the astronaut speaking the rendered mouth,
+:func:`avsr.data.face_video.write_face_utterance`). A tiny random-initialised hybrid CTC/attention model
+decodes them twice: through the CLI (raw video in) and through the recipe's path (ROI stage output -> data
+dir -> :func:`avsr.bin.decode.decode_dataset`); the words must be equal. The property is the equality of the
+two paths, not accuracy, so no training is needed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from avsr.cli import SUBCOMMANDS
+from avsr.cli import main as avsr_main
+from avsr.decode.align import AlignmentError, TokenSpan, ctc_align, group_words, word_timings
+
+needs_media = pytest.mark.skipif(
+    importlib.util.find_spec("mediapipe") is None
+    or importlib.util.find_spec("skimage") is None
+    or shutil.which("festival") is None,
+    reason="needs mediapipe, scikit-image and festival",
+)
+
+DECODE = {"beam_size": 2, "ctc_weight": 0.3, "maxlenratio": 0.3, "minlenratio": 0.1}
+
+
+# --- CTC forced alignment and word grouping ------------------------------------------------------------
+
+
+def _peaked(path: list[int], vocab: int) -> torch.Tensor:
+    """(T, V) log-probs whose best frame-wise path is ``path``."""
+    lp = torch.full((len(path), vocab), -8.0)
+    lp[torch.arange(len(path)), torch.tensor(path)] = -0.01
+    return lp.log_softmax(-1)
+
+
+def test_ctc_align_finds_the_frames_of_each_token():
+    #        frames: 0 1 2 3 4 5 6 7 8 9
+    lp = _peaked([1, 1, 1, 0, 0, 2, 2, 2, 0, 3], vocab=5)
+    spans = ctc_align(lp, [1, 2, 3])
+    assert [(s.token, s.start, s.end) for s in spans] == [(1, 0, 3), (2, 5, 8), (3, 9, 10)]
+    assert all(0.9 < s.score <= 1.0 for s in spans)
+    assert ctc_align(lp, []) == []
+
+
+def test_ctc_align_refuses_impossible_alignments():
+    lp = _peaked([1, 0, 2], vocab=4)
+    with pytest.raises(AlignmentError, match="need at least 4 frames"):
+        ctc_align(lp, [1, 1, 2])  # a repeat needs a blank between: 4 frames
+    with pytest.raises(AlignmentError, match="blank"):
+        ctc_align(lp, [0, 2])
+    with pytest.raises(AlignmentError, match=r"\(T, V\)"):
+        ctc_align(lp[None], [1])
+
+
+def test_group_words_joins_pieces_at_word_boundaries():
+    tokens = ["<blank>", "\u2581BIN", "\u2581B", "LUE", "\u2581", "AT", "<sos/eos>"]
+    spans = [
+        TokenSpan(1, 0, 5, 0.9),
+        TokenSpan(2, 6, 8, 0.8),
+        TokenSpan(3, 8, 12, 0.6),
+        TokenSpan(4, 14, 15, 0.5),
+        TokenSpan(5, 15, 20, 0.5),
+    ]
+    words = group_words(spans, tokens, frame_rate=25.0)
+    assert [w.word for w in words] == ["BIN", "BLUE", "AT"]
+    assert [(w.start, w.end) for w in words] == [(0.0, 0.2), (0.24, 0.48), (0.56, 0.8)]
+    assert words[1].score == pytest.approx((0.8 * 2 + 0.6 * 4) / 6)
+    assert word_timings(_peaked([1, 0, 2, 3], 7), [1, 2, 3], tokens)[1].word == "BLUE"
+
+
+def test_cli_lists_subcommands_and_refuses_unknown_ones(capsys):
+    assert avsr_main(["--help"]) == 0
+    assert "transcribe" in capsys.readouterr().out
+    assert avsr_main(["transcribbe"]) == 2
+    assert "unknown subcommand 'transcribbe'" in capsys.readouterr().err
+    assert SUBCOMMANDS["transcribe"][0] == "avsr.bin.transcribe"
+
+
+# --- the whole tool on face videos -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """Face videos of 3 SynthGRID utterances, their ROI-stage output, and a tiny random model."""
+    if importlib.util.find_spec("mediapipe") is None or importlib.util.find_spec("skimage") is None:
+        pytest.skip("needs mediapipe and scikit-image")
+    if shutil.which("festival") is None:
+        pytest.skip("needs festival")
+    from avsr.data.face_video import write_face_utterance
+    from avsr.data.roi import preprocess_video
+    from avsr.data.synthgrid import grammar
+    from avsr.data.synthgrid.generate import SynthGridConfig, generate
+    from avsr.data.tokenizer import Tokenizer, train_sentencepiece
+    from avsr.models.asr import AVSRModel
+    from avsr.train.checkpoint import save_atomic
+
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("transcribe")
+    generate(
+        root / "sg",
+        SynthGridConfig(num_train=0, num_valid=0, num_test=3, test_speakers=1, babble_seconds=0),
+        nj=1,
+        progress=False,
+    )
+    faces, corpus = root / "faces", root / "corpus" / "test"
+    faces.mkdir()
+    for i, roi in enumerate(sorted((root / "sg" / "test").glob("*/*.mp4"))):
+        face = faces / f"{roi.stem}.mp4"
+        write_face_utterance(roi, roi.with_suffix(".wav"), face, seed=i)
+        dst = corpus / roi.parent.name / roi.name  # the ROI stage's output, in the corpus layout
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        preprocess_video(face, dst, dst.with_suffix(".wav"))
+        shutil.copy(roi.with_suffix(".txt"), dst.with_suffix(".txt"))
+
+    rng = np.random.default_rng(0)
+    texts = [" ".join(grammar.sample_sentence(rng)) for _ in range(300)]
+    exp = root / "exp"
+    tokenizer = Tokenizer(train_sentencepiece(texts, exp / "bpe", vocab_size=40))  # exp/bpe.model
+    config = {
+        "vocab_size": tokenizer.vocab_size,
+        "encoder_conf": {
+            "encoder_layers": 1,
+            "encoder_embed_dim": 32,
+            "encoder_ffn_embed_dim": 64,
+            "encoder_attention_heads": 2,
+            "conv_pos": 8,
+            "conv_pos_groups": 4,
+            "resnet_widths": [4, 4, 8, 8],
+            "modality_dropout": 0.0,
+        },
+        "decoder_conf": {
+            "decoder_layers": 1,
+            "decoder_embed_dim": 32,
+            "decoder_ffn_embed_dim": 64,
+            "decoder_attention_heads": 2,
+        },
+        "model_conf": {"ctc_weight": 0.3},
+    }
+    torch.manual_seed(0)
+    model = AVSRModel.from_config(config)
+    save_atomic(
+        {"model": model.state_dict(), "model_config": config, "epoch": 1, "step": 0, "valid": {"acc": 0.0}},
+        exp / "epoch1.pt",
+    )
+    (root / "decode.yaml").write_text(yaml.safe_dump(DECODE))
+    return {
+        "root": root,
+        "faces": sorted(faces.glob("*.mp4")),
+        "corpus": corpus,
+        "exp": exp,
+        "model": model.eval(),
+        "tokenizer": tokenizer,
+        "decode": root / "decode.yaml",
+    }
+
+
+def _recipe_hyps(setup, modality: str) -> dict[str, str]:
+    """The recipe's decoding of the ROI-stage output (data dir utterances -> AVDataset -> decode_dataset)."""
+    from avsr.bin.decode import MODALITY_INPUTS, decode_dataset
+    from avsr.bin.prepare_data import scan_split
+    from avsr.data.dataset import AVDataset
+    from avsr.decode.beam_search import DecodeConfig
+
+    utts = scan_split(setup["corpus"])
+    dataset = AVDataset(utts, None, modalities=list(MODALITY_INPUTS[modality]), cache=False)
+    hyps = decode_dataset(
+        setup["model"],
+        dataset,
+        modality,
+        setup["tokenizer"],
+        DecodeConfig(**DECODE),
+        3000,
+        torch.device("cpu"),
+        desc="recipe",
+    )
+    return hyps  # SynthGRID utterance ids are the file stems (they start with the speaker id)
+
+
+@needs_media
+@pytest.mark.parametrize("modality", ["audiovisual", "video", "audio"])
+def test_transcribe_gives_the_recipe_decoding_of_the_roi(setup, modality, tmp_path, capsys):
+    out = tmp_path / "out.json"
+    status = avsr_main(
+        [
+            "transcribe",
+            str(setup["faces"][0].parent),
+            "--checkpoint",
+            str(setup["exp"]),
+            "--modality",
+            modality,
+            "--decode-config",
+            str(setup["decode"]),
+            "--json",
+            str(out),
+        ]
+    )
+    assert status == 0, capsys.readouterr().err
+    rows = json.loads(out.read_text())
+    assert [r["file"] for r in rows] == [str(f) for f in setup["faces"]]
+    expected = _recipe_hyps(setup, modality)
+    assert {Path(r["file"]).stem: r["text"] for r in rows} == expected
+    assert any(r["text"] for r in rows)
+    printed = capsys.readouterr().out.splitlines()
+    assert printed == [f"{r['file']}\t{r['text']}" for r in rows]
+
+
+@needs_media
+def test_word_timings_are_monotone_and_inside_the_audio(setup, tmp_path):
+    from avsr.data.media import read_audio_track
+
+    out = tmp_path / "out.json"
+    face = setup["faces"][1]
+    assert (
+        avsr_main(
+            [
+                "transcribe",
+                str(face),
+                "--checkpoint",
+                str(setup["exp"] / "epoch1.pt"),
+                "--decode-config",
+                str(setup["decode"]),
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    (row,) = json.loads(out.read_text())
+    duration = read_audio_track(face).numel() / 16000
+    assert row["duration_s"] == pytest.approx(duration, abs=0.08)
+    words = row["words"]
+    assert words and " ".join(w["word"] for w in words) == row["text"]
+    bounds = [t for w in words for t in (w["start"], w["end"])]
+    assert bounds == sorted(bounds) and bounds[0] >= 0 and bounds[-1] <= row["duration_s"] + 1e-6
+    assert all(w["end"] > w["start"] and 0 <= w["score"] <= 1 for w in words)
+
+
+@needs_media
+def test_a_video_without_a_face_is_an_error_naming_the_file(setup, tmp_path, capsys):
+    from avsr.data.media import read_wav, write_av_video
+
+    wav = read_wav(next(setup["corpus"].glob("*/*.wav")))
+    frames = np.random.default_rng(0).integers(100, 140, size=(wav.numel() // 640, 224, 224), dtype=np.uint8)
+    blank = tmp_path / "no_face.mp4"
+    write_av_video(blank, frames, wav)
+    assert (
+        avsr_main(
+            [
+                "transcribe",
+                str(blank),
+                "--checkpoint",
+                str(setup["exp"]),
+                "--modality",
+                "video",
+                "--decode-config",
+                str(setup["decode"]),
+            ]
+        )
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert str(blank) in err and "no face" in err and "--modality audio" in err
+    # audio alone does not need the face; a good file next to the bad one is still transcribed
+    assert (
+        avsr_main(
+            [
+                "transcribe",
+                str(blank),
+                "--checkpoint",
+                str(setup["exp"]),
+                "--modality",
+                "audio",
+                "--decode-config",
+                str(setup["decode"]),
+            ]
+        )
+        == 0
+    )
+    assert capsys.readouterr().out.startswith(f"{blank}\t")
+    assert (
+        avsr_main(
+            [
+                "transcribe",
+                str(blank),
+                str(setup["faces"][0]),
+                "--checkpoint",
+                str(setup["exp"]),
+                "--modality",
+                "video",
+                "--decode-config",
+                str(setup["decode"]),
+            ]
+        )
+        == 1
+    )
+    assert capsys.readouterr().out.startswith(f"{setup['faces'][0]}\t")
+
+
+@needs_media
+def test_a_video_without_audio_is_an_error_naming_the_file(setup, tmp_path, capsys):
+    from avsr.data.face_video import composite_mouth_video
+    from avsr.data.media import read_video, write_av_video
+
+    roi = read_video(next(setup["corpus"].glob("*/*.mp4"))).numpy()
+    silent = tmp_path / "silent.mp4"
+    write_av_video(silent, composite_mouth_video(roi).frames, None)
+    assert (
+        avsr_main(
+            [
+                "transcribe",
+                str(silent),
+                "--checkpoint",
+                str(setup["exp"]),
+                "--decode-config",
+                str(setup["decode"]),
+            ]
+        )
+        == 1
+    )
+    err = capsys.readouterr().err
+    assert str(silent) in err and "no audio track" in err and "--modality video" in err
+    assert (
+        avsr_main(
+            [
+                "transcribe",
+                str(silent),
+                "--checkpoint",
+                str(setup["exp"]),
+                "--modality",
+                "video",
+                "--decode-config",
+                str(setup["decode"]),
+            ]
+        )
+        == 0
+    )
+
+
+@needs_media
+@pytest.mark.parametrize("kind", ["av_hubert_ctc", "av_hubert_seq2seq"])
+def test_official_checkpoints_with_their_sentencepiece_model(setup, kind, tmp_path, capsys):
+    from tests.test_compat import finetune_ckpt, train_sentencepiece
+
+    train_sentencepiece(tmp_path)
+    ckpt, *_ = finetune_ckpt(tmp_path, kind)
+    out = tmp_path / "out.json"
+    extra = (
+        ["--beam-size", "2"] if kind == "av_hubert_ctc" else ["--decode-config", str(tmp_path / "dec.yaml")]
+    )
+    (tmp_path / "dec.yaml").write_text(
+        "search: fairseq\nctc_weight: 0.0\nbeam_size: 2\nmax_len_a: 0.0\nmax_len_b: 3\n"
+    )
+    assert (
+        avsr_main(
+            [
+                "transcribe",
+                str(setup["faces"][2]),
+                "--checkpoint",
+                str(ckpt),
+                "--bpemodel",
+                str(tmp_path / "sp.model"),
+                "--json",
+                str(out),
+                *extra,
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
+    (row,) = json.loads(out.read_text())
+    assert row["text"] == row["text"].upper()
+    if kind == "av_hubert_ctc":  # CTC head: timings, one per word of the (upper-cased) transcript
+        assert row["words"] and [w["word"] for w in row["words"]] == row["text"].split()
+    else:  # attention only: no timings, and the JSON says why
+        assert row["words"] is None and "no CTC head" in row["words_note"]
+
+
+@needs_media
+def test_noise_at_an_snr_is_mixed_into_the_audio(setup, tmp_path):
+    from avsr.data.media import write_wav
+
+    noise = tmp_path / "noise.wav"
+    write_wav(noise, torch.from_numpy(np.random.default_rng(0).normal(0, 0.1, 32000)).float())
+    face = str(setup["faces"][0])
+    rows = {}
+    for snr in ("-5", None):
+        out = tmp_path / f"{snr}.json"
+        extra = ["--noise", str(noise), "--snr-db", snr] if snr else []
+        args = [
+            "transcribe",
+            face,
+            "--checkpoint",
+            str(setup["exp"]),
+            "--modality",
+            "audio",
+            "--json",
+            str(out),
+        ]
+        assert avsr_main([*args, "--decode-config", str(setup["decode"]), *extra]) == 0
+        (rows[snr],) = json.loads(out.read_text())
+    assert rows["-5"]["snr_db"] == -5.0 and rows["-5"]["noise"] == str(noise) and rows[None]["snr_db"] is None
+    with pytest.raises(SystemExit):  # --noise without --snr-db
+        avsr_main(["transcribe", face, "--checkpoint", str(setup["exp"]), "--noise", str(noise)])
