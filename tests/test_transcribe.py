@@ -33,6 +33,12 @@ needs_media = pytest.mark.skipif(
 DECODE = {"beam_size": 2, "ctc_weight": 0.3, "maxlenratio": 0.3, "minlenratio": 0.1}
 
 
+def transcribe(setup: dict, *inputs: str, modality: str | None = None) -> int:
+    """``avsr transcribe INPUTS`` with the test model and decoding config; returns the exit status."""
+    args = ["transcribe", *inputs, "--checkpoint", str(setup["exp"]), "--decode-config", str(setup["decode"])]
+    return avsr_main(args + (["--modality", modality] if modality else []))
+
+
 # --- CTC forced alignment and word grouping ------------------------------------------------------------
 
 
@@ -253,56 +259,13 @@ def test_a_video_without_a_face_is_an_error_naming_the_file(setup, tmp_path, cap
     frames = np.random.default_rng(0).integers(100, 140, size=(wav.numel() // 640, 224, 224), dtype=np.uint8)
     blank = tmp_path / "no_face.mp4"
     write_av_video(blank, frames, wav)
-    assert (
-        avsr_main(
-            [
-                "transcribe",
-                str(blank),
-                "--checkpoint",
-                str(setup["exp"]),
-                "--modality",
-                "video",
-                "--decode-config",
-                str(setup["decode"]),
-            ]
-        )
-        == 1
-    )
+    assert transcribe(setup, str(blank), modality="video") == 1
     err = capsys.readouterr().err
     assert str(blank) in err and "no face" in err and "--modality audio" in err
     # audio alone does not need the face; a good file next to the bad one is still transcribed
-    assert (
-        avsr_main(
-            [
-                "transcribe",
-                str(blank),
-                "--checkpoint",
-                str(setup["exp"]),
-                "--modality",
-                "audio",
-                "--decode-config",
-                str(setup["decode"]),
-            ]
-        )
-        == 0
-    )
+    assert transcribe(setup, str(blank), modality="audio") == 0
     assert capsys.readouterr().out.startswith(f"{blank}\t")
-    assert (
-        avsr_main(
-            [
-                "transcribe",
-                str(blank),
-                str(setup["faces"][0]),
-                "--checkpoint",
-                str(setup["exp"]),
-                "--modality",
-                "video",
-                "--decode-config",
-                str(setup["decode"]),
-            ]
-        )
-        == 1
-    )
+    assert transcribe(setup, str(blank), str(setup["faces"][0]), modality="video") == 1
     assert capsys.readouterr().out.startswith(f"{setup['faces'][0]}\t")
 
 
@@ -314,36 +277,10 @@ def test_a_video_without_audio_is_an_error_naming_the_file(setup, tmp_path, caps
     roi = read_video(next(setup["corpus"].glob("*/*.mp4"))).numpy()
     silent = tmp_path / "silent.mp4"
     write_av_video(silent, composite_mouth_video(roi).frames, None)
-    assert (
-        avsr_main(
-            [
-                "transcribe",
-                str(silent),
-                "--checkpoint",
-                str(setup["exp"]),
-                "--decode-config",
-                str(setup["decode"]),
-            ]
-        )
-        == 1
-    )
+    assert transcribe(setup, str(silent)) == 1
     err = capsys.readouterr().err
     assert str(silent) in err and "no audio track" in err and "--modality video" in err
-    assert (
-        avsr_main(
-            [
-                "transcribe",
-                str(silent),
-                "--checkpoint",
-                str(setup["exp"]),
-                "--modality",
-                "video",
-                "--decode-config",
-                str(setup["decode"]),
-            ]
-        )
-        == 0
-    )
+    assert transcribe(setup, str(silent), modality="video") == 0
 
 
 @needs_media
