@@ -4,7 +4,9 @@
 Each utterance's rendered mouth ROI is composited onto the mouth of a real face photograph
 (``skimage.data.astronaut()``) with small head motion, and its wav becomes the video's audio track
 (:func:`avsr.data.face_video.write_face_utterance`, H.264 + AAC, 224x224, 25 fps). The transcript is copied
-next to each video as ``<utt>.txt``. Needs the ``[video]`` extra.
+next to each video as ``<utt>.txt``; videos are written as ``<out>/<speaker>/<utt>.mp4``, the corpus layout,
+so that ``avsr preprocess-roi --src-dir <out> --dst-dir <corpus>/<split>`` turns them back into a corpus
+split for the recipe's stages. Needs the ``[video]`` extra.
 
 Usage (from recipes/synthgrid/avsr1, after stage 1)::
 
@@ -30,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--corpus-dir", type=Path, default=Path("corpus"))
     p.add_argument("--split", default="test")
     p.add_argument("--num", type=int, default=0, help="first N utterances (sorted by id); 0: all")
-    p.add_argument("--out", type=Path, required=True, help="output folder of <utt>.mp4 (+ <utt>.txt)")
+    p.add_argument("--out", type=Path, required=True, help="output folder of <speaker>/<utt>.mp4 (+ .txt)")
     p.add_argument("--motion", type=float, default=1.0, help="head motion strength (0: none)")
     args = p.parse_args(argv)
     rois = sorted((args.corpus_dir / args.split).glob("*/*.mp4"), key=lambda q: q.stem)
@@ -39,9 +41,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.num > 0:
         rois = rois[: args.num]
-    args.out.mkdir(parents=True, exist_ok=True)
     for i, roi in enumerate(tqdm(rois, desc="face videos", unit="utt")):
-        dst = args.out / roi.name
+        dst = args.out / roi.parent.name / roi.name
+        dst.parent.mkdir(parents=True, exist_ok=True)
         if not dst.exists():
             write_face_utterance(roi, roi.with_suffix(".wav"), dst, seed=i, motion=args.motion)
         if roi.with_suffix(".txt").exists():
