@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SynthGRID with AV-HuBERT pretraining: two iterations of masked multimodal cluster prediction on all
 # training utterances (no transcripts), then fine-tuning on 10% of them with transcripts, compared with the
-# same fine-tuning from scratch. About 40 min on 2 CPU cores.
+# same fine-tuning from scratch, both decoded clean and in babble at 0 dB. About 40 min on 2 CPU cores.
 #   iteration 1: MFCC (39-dim, 100 Hz) -> k-means K=100 -> pretraining
 #   iteration 2: layer features of iteration 1's model (25 Hz) -> k-means K=500 -> pretraining
 #   ./run_pretrain.sh                       # everything (stages 1-11)
@@ -16,5 +16,6 @@ exec ./run.sh \
   --km-classes 100 --km-classes2 500 \
   --finetune-percent 10 \
   --scratch-baseline true \
+  --test-snrs "0" \
   --train-config conf/train/avsr_synthgrid_cpu_finetune.yaml \
   "$@"
