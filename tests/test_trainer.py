@@ -1,5 +1,7 @@
 """Trainer: learning-rate schedule, checkpoints, averaging, and exact resumption after an interruption."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -102,3 +104,17 @@ def test_train_config_unknown_key_is_named(tmp_path):
     cfg, model_part = load_train_config(tmp_path / "m.yaml")
     with pytest.raises(ConfigError, match="encoder_layer"):
         AVSRModel.from_config({"vocab_size": 10, **model_part})
+
+
+def test_validation_every_interval_and_in_the_last_kept_epochs(setup, tmp_path):
+    tok, utts = setup
+    trainer = make_trainer(tok, utts, tmp_path, max_epoch=5)
+    trainer.cfg.valid_interval, trainer.cfg.keep_nbest = 2, 2
+    assert [e for e in range(1, 6) if trainer.should_validate(e)] == [2, 4, 5]
+    trainer.cfg.valid_interval = 0
+    assert [e for e in range(1, 6) if trainer.should_validate(e)] == [4, 5]
+    trainer.run()
+    valid = [load_checkpoint(p)["valid"] for _, p in epoch_checkpoints(tmp_path)]
+    assert len(valid) == 2 and all("acc" in v for v in valid)  # the kept epochs 4 and 5
+    log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
+    assert [bool(r["valid"]) for r in log] == [False, False, False, True, True]

@@ -59,6 +59,8 @@ class TrainConfig:
         log_interval: optimiser steps between log lines.
         freeze_finetune_updates: optimiser steps at the start during which the encoder is frozen (no
             gradient, no update), as AV-HuBERT's fine-tuning (``freeze_finetune_updates``); 0 disables.
+        valid_interval: validate after every ``valid_interval``-th epoch, and after each of the last
+            ``keep_nbest`` epochs (the checkpoints decoding chooses from); 0: only those last ones.
     """
 
     max_epoch: int = 30
@@ -79,6 +81,7 @@ class TrainConfig:
     keep_nbest: int = 5
     log_interval: int = 20
     freeze_finetune_updates: int = 0
+    valid_interval: int = 1
 
 
 def load_train_config(path: str | os.PathLike) -> tuple[TrainConfig, dict]:
@@ -291,6 +294,11 @@ class Trainer:
             n += 1
         return {k: v / max(1, n) for k, v in sums.items()}
 
+    def should_validate(self, epoch: int) -> bool:
+        """Whether to validate after (1-based) ``epoch``: see ``TrainConfig.valid_interval``."""
+        n = self.cfg.valid_interval
+        return epoch > self.cfg.max_epoch - self.cfg.keep_nbest or (n > 0 and epoch % n == 0)
+
     def save(self, valid: dict) -> None:
         """Write ``epoch<N>.pt`` and ``checkpoint.pt`` atomically and prune old epoch checkpoints."""
         if not self.is_main:
@@ -321,7 +329,7 @@ class Trainer:
         while self.epoch < self.cfg.max_epoch:
             t0 = time.time()
             train_stats = self.train_epoch()
-            valid_stats = self.validate()
+            valid_stats = self.validate() if self.should_validate(self.epoch + 1) else {}
             self.epoch += 1
             self.save(valid_stats)
             if self.is_main:
