@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         snr = "" if r["snr_db"] is None else f"{r['snr_db']:g} dB"
         print(
-            f"{r.get('system', ''):<12}{r['test_set']:<12} {r['modality']:<12} {r['noise']:<8} {snr:>7}  "
+            f"{r['system'] + '  ' if 'system' in r else ''}{r['test_set']:<12} {r['modality']:<12} "
+            f"{r['noise']:<8} {snr:>7}  "
             f"WER {r['wer']:6.2f}%  "
             f"({r['num_words']} words, {r['num_utts']} utts)"
         )
