@@ -18,19 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 from pathlib import Path
 
 from avsr.clustering.quality import SILENCE, label_quality, results_header, results_row
+from avsr.fileio import write_text_atomic
 
 logger = logging.getLogger("avsr.cluster_quality")
 
 
 def _write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, text)
 
 
 def report(paths: list[Path]) -> str:

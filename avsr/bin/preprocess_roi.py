@@ -29,6 +29,8 @@ from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
+from avsr.fileio import write_text_atomic
+
 logger = logging.getLogger("avsr.bin.preprocess_roi")
 
 
@@ -248,9 +250,7 @@ def _write_failures(path: Path, failures: list[tuple[str, str]]) -> None:
     if not failures:
         path.unlink(missing_ok=True)
         return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("".join(f"{name}\t{reason}\n" for name, reason in failures))
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(f"{name}\t{reason}\n" for name, reason in failures))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -39,6 +38,7 @@ from avsr.data.datadir import Utterance
 from avsr.data.dataset import AVDataset, NoiseConfig, collate
 from avsr.data.media import MediaError, read_audio_track, read_video_rgb, write_wav
 from avsr.features import SAMPLES_PER_FRAME
+from avsr.fileio import write_text_atomic
 
 logger = logging.getLogger("avsr.transcribe")
 
@@ -215,9 +215,7 @@ def transcribe_utterance(
 
 def _write_json(path: Path, rows: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(rows, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

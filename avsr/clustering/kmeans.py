@@ -27,6 +27,7 @@ import torch
 from avsr.clustering.labels import write_label_meta, write_labels
 from avsr.clustering.shards import FeatureDumpError, FeatureShard, read_shard
 from avsr.data.datadir import read_datadir
+from avsr.fileio import tmp_path_for, write_text_atomic
 
 __all__ = [
     "KMeansConfig", "sample_features", "fit_kmeans", "load_kmeans", "apply_kmeans", "write_kmeans_labels",
@@ -139,7 +140,7 @@ def fit_kmeans(feats: np.ndarray, km_path: str | os.PathLike, config: KMeansConf
     inertia = -km.score(feats) / len(feats)
     km_path = Path(km_path)
     km_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = km_path.with_name(f".{km_path.name}.{os.getpid()}.tmp")
+    tmp = tmp_path_for(km_path)
     try:
         joblib.dump(km, tmp)
         os.replace(tmp, km_path)
@@ -147,10 +148,7 @@ def fit_kmeans(feats: np.ndarray, km_path: str | os.PathLike, config: KMeansConf
         tmp.unlink(missing_ok=True)
     summary = {**asdict(config), "dim": int(feats.shape[1]), "num_fit_frames": int(len(feats)),
                "inertia_per_frame": float(inertia), **(info or {})}
-    meta = km_path.with_name(km_path.name + ".json")
-    meta_tmp = meta.with_name(f".{meta.name}.{os.getpid()}.tmp")
-    meta_tmp.write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
-    os.replace(meta_tmp, meta)
+    write_text_atomic(km_path.with_name(km_path.name + ".json"), json.dumps(summary, indent=1) + "\n")
     logger.info("k-means K=%d on %d frames of dim %d: inertia per frame %.5f -> %s", config.n_clusters,
                 len(feats), feats.shape[1], inertia, km_path)
     return km

@@ -24,6 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from avsr.fileio import write_text_atomic
+
 __all__ = ["LabelError", "read_labels", "write_labels", "read_label_meta", "write_label_meta", "meta_path"]
 
 #: keys of the metadata file, all required.
@@ -38,15 +40,6 @@ def meta_path(path: str | os.PathLike) -> Path:
     """The metadata file of a label file: ``<path>.json`` (``train/km.km`` -> ``train/km.km.json``)."""
     path = Path(path)
     return path.with_name(path.name + ".json")
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _first_bad(tokens: list[str]) -> str:
@@ -129,7 +122,7 @@ def write_labels(
         if arr.min() < 0:
             raise LabelError(f"{path}: utterance '{utt}': negative label {int(arr.min())}")
         lines.append(f"{utt} {' '.join(map(str, arr.tolist()))}\n")
-    _write_text_atomic(path, "".join(lines))
+    write_text_atomic(path, "".join(lines))
 
 
 def write_label_meta(path: str | os.PathLike, label_rate: int, num_classes: int, features: str,
@@ -145,7 +138,7 @@ def write_label_meta(path: str | os.PathLike, label_rate: int, num_classes: int,
     """
     info = {"label_rate": int(label_rate), "num_classes": int(num_classes), "features": str(features),
             "kmeans_model": str(kmeans_model)}
-    _write_text_atomic(meta_path(path), json.dumps(info, indent=1) + "\n")
+    write_text_atomic(meta_path(path), json.dumps(info, indent=1) + "\n")
 
 
 def read_label_meta(path: str | os.PathLike) -> dict[str, Any]:

@@ -29,6 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from avsr.data.datadir import Utterance
+from avsr.fileio import tmp_path_for, write_text_atomic
 
 __all__ = ["FeatureDumpError", "FeatureExtractor", "FeatureShard", "shard_prefix", "shard_range",
            "dump_shard", "read_shard", "find_shards"]
@@ -104,19 +105,6 @@ def _file(prefix: Path, ext: str) -> Path:
     return prefix.with_name(prefix.name + ext)
 
 
-def _tmp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = _tmp(path)
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _finished(prefix: Path, description: str, data_dir: str, utt_ids: list[str], overwrite: bool) -> bool:
     """True when the shard is complete with the same features and utterances; raise when it holds others."""
     meta = _file(prefix, ".json")
@@ -169,7 +157,7 @@ def dump_shard(
         logger.info("%s: finished shard, skipped", prefix)
         return prefix
     _file(prefix, ".json").unlink(missing_ok=True)  # the shard is unfinished until its new .json exists
-    npy, raw = _file(prefix, ".npy"), _tmp(_file(prefix, ".raw"))
+    npy, raw = _file(prefix, ".npy"), tmp_path_for(_file(prefix, ".raw"))
     lengths: dict[str, int] = {}
     order: list[str] = []
     dim = None
@@ -195,7 +183,7 @@ def dump_shard(
                 f"{prefix}: no features for utterance '{missing[0]}' ({len(missing)} in all)"
             )
         total = sum(lengths.values())
-        tmp = _tmp(npy)
+        tmp = tmp_path_for(npy)
         try:
             with open(tmp, "wb") as out, open(raw, "rb") as src:
                 np.lib.format.write_array_header_1_0(
@@ -207,10 +195,10 @@ def dump_shard(
             tmp.unlink(missing_ok=True)
     finally:
         raw.unlink(missing_ok=True)
-    _write_text_atomic(_file(prefix, ".len"), "".join(f"{u} {lengths[u]}\n" for u in order))
+    write_text_atomic(_file(prefix, ".len"), "".join(f"{u} {lengths[u]}\n" for u in order))
     info = {"features": extractor.description, "rate": extractor.rate, "dim": dim, "data_dir": data_dir,
             "rank": rank, "nshard": nshard, "num_utts": len(order), "num_frames": total}
-    _write_text_atomic(_file(prefix, ".json"), json.dumps(info, indent=1) + "\n")
+    write_text_atomic(_file(prefix, ".json"), json.dumps(info, indent=1) + "\n")
     logger.info("%s: %d utterances, %d frames of dim %d", prefix, len(order), total, dim)
     return prefix
 

@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from avsr.fileio import write_text_atomic
+
 
 class DataDirError(ValueError):
     """A data directory is inconsistent; the message names the file and the utterance."""
@@ -72,12 +74,7 @@ def read_kaldi_map(path: str | os.PathLike, allow_empty_value: bool = False) -> 
 
 def write_kaldi_map(path: str | os.PathLike, mapping: dict[str, str]) -> None:
     """Write ``<key> <value>`` lines sorted by key, atomically (temporary file + rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        for key in sorted(mapping):
-            f.write(f"{key} {mapping[key]}\n")
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(f"{key} {mapping[key]}\n" for key in sorted(mapping)))
 
 
 def read_datadir(path: str | os.PathLike, require_text: bool = True) -> list[Utterance]:

@@ -33,6 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from avsr.fileio import write_text_atomic
+
 logger = logging.getLogger("avsr.lrs3")
 
 __all__ = [
@@ -383,13 +385,6 @@ def make_splits(
     return splits
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def _link(target: Path, link: Path) -> None:
     """A relative symlink ``link -> target`` (replaced if it exists)."""
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -421,7 +416,8 @@ def write_corpus(splits: dict[str, list[LRS3Utterance]], corpus: str | os.PathLi
                 for ext in (".txt", ".mp4", ".wav"):
                     _link(corpus / "train" / u.speaker / f"{u.utt_id}{ext}", corpus / rel.with_suffix(ext))
                 continue
-            _write_atomic(corpus / rel.with_suffix(".txt"), u.text + "\n")
+            (corpus / rel).parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(corpus / rel.with_suffix(".txt"), u.text + "\n")
             line = f"{u.src.resolve()} {rel.with_suffix('.mp4').as_posix()}"
             if u.trimmed:
                 line += f" {u.start:.3f} {-1 if u.end is None else round(u.end, 3):.3f}"

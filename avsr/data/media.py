@@ -18,6 +18,8 @@ import numpy as np
 import soundfile
 import torch
 
+from avsr.fileio import tmp_path_for
+
 __all__ = [
     "MediaError",
     "read_wav",
@@ -33,11 +35,6 @@ __all__ = [
 
 class MediaError(ValueError):
     """A media file is missing, corrupt or not in the expected format; the message names the file."""
-
-
-def _tmp_path(path: Path) -> Path:
-    """A temporary path in the same directory as ``path`` (so that ``os.replace`` is atomic)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
 def _check_exists(path: Path, what: str) -> None:
@@ -93,7 +90,7 @@ def write_wav(path: str | os.PathLike, wav: torch.Tensor | np.ndarray, sample_ra
         if not np.all(np.isfinite(wav)):
             raise MediaError(f"cannot write wav file {path}: waveform has NaN or infinite values")
         wav = np.clip(wav, -1.0, 1.0).astype(np.float32)
-    tmp = _tmp_path(path)
+    tmp = tmp_path_for(path)
     try:
         soundfile.write(str(tmp), wav, sample_rate, subtype="PCM_16", format="WAV")
         os.replace(tmp, path)
@@ -208,7 +205,7 @@ def write_video(
         )
     if frames.shape[1] % 2 or frames.shape[2] % 2:
         raise MediaError(f"cannot write video file {path}: height and width must be even, got {frames.shape}")
-    tmp = _tmp_path(path)
+    tmp = tmp_path_for(path)
     try:
         with av.open(str(tmp), mode="w", format="mp4") as container:
             stream = container.add_stream("libx264", rate=fps)
@@ -390,7 +387,7 @@ def write_av_video(
         if wav.ndim != 1 or wav.size == 0 or not np.all(np.isfinite(wav)):
             raise MediaError(f"cannot write video file {path}: audio must be a finite non-empty 1-d waveform")
         wav = np.clip(wav, -1.0, 1.0)
-    tmp = _tmp_path(path)
+    tmp = tmp_path_for(path)
     try:
         with av.open(str(tmp), mode="w", format="mp4") as container:
             video = container.add_stream("libx264", rate=fps)

@@ -39,6 +39,8 @@ from typing import Any
 
 import jiwer
 
+from avsr.fileio import write_text_atomic
+
 __all__ = [
     "MODALITIES",
     "ScoringError",
@@ -428,18 +430,6 @@ def plot_wer_vs_snr(rows: list[dict[str, Any]], path: str | os.PathLike) -> None
             os.unlink(tmp)
 
 
-def _write_text_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_results(
     exp_dir: str | os.PathLike, rows: Iterable[Mapping[str, Any]], notes: str = "", title: str = "Results",
     extra_md: str = "",
@@ -467,8 +457,8 @@ def write_results(
     exp_dir = Path(exp_dir)
     exp_dir.mkdir(parents=True, exist_ok=True)
     out = exp_dir / "results.json"
-    _write_text_atomic(out, json.dumps(rows, indent=2) + "\n")
+    write_text_atomic(out, json.dumps(rows, indent=2) + "\n")
     md = format_results_md(rows, environment_info(notes), title, extra_md)
-    _write_text_atomic(exp_dir / "RESULTS.md", md)
+    write_text_atomic(exp_dir / "RESULTS.md", md)
     plot_wer_vs_snr(rows, exp_dir / "wer_vs_snr.png")
     return out

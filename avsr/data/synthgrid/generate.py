@@ -34,9 +34,9 @@ from avsr.data.synthgrid.utterance import (
     SAMPLE_RATE,
     UttSpec,
     normalise_level,
-    write_text_atomic,
     write_utterance,
 )
+from avsr.fileio import write_text_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,6 @@ preprocessed LRS3: the audio has exactly 640 samples per video frame, ``T = roun
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from avsr.data.synthgrid.grammar import sentence_code, transcript
 from avsr.data.synthgrid.render import Nuisance, render_frames
 from avsr.data.synthgrid.speakers import Speaker
 from avsr.data.synthgrid.visemes import trajectory
+from avsr.fileio import write_text_atomic
 
 SAMPLE_RATE = 16000
 FPS = 25
@@ -57,13 +57,6 @@ class UttSpec:
     def is_complete(self, root: Path) -> bool:
         """Whether all four files of the utterance exist."""
         return all(self.path(root, ext).is_file() for ext in EXTENSIONS)
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write a text file atomically (temporary file + ``os.replace``)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def normalise_level(wav: np.ndarray, level_db: float, segments: list[tuple[float, float, str]]) -> np.ndarray:
