@@ -65,7 +65,8 @@ def load_label_sets(data_dir: Path, names: list[str]) -> list[LabelSet]:
     for name in names:
         path = data_dir / name
         meta = read_label_meta(path)
-        sets.append(LabelSet(str(path), read_labels(path), float(meta["label_rate"])))
+        rate, k = float(meta["label_rate"]), int(meta["num_classes"])
+        sets.append(LabelSet(str(path), read_labels(path), rate, k))
     return sets
 
 
@@ -80,20 +81,13 @@ def init_encoder(model: torch.nn.Module, path: Path) -> None:
         ConfigError: not a checkpoint with an AV-HuBERT encoder, or weights that do not fit this model's
             encoder (missing/unexpected keys or shapes named; e.g. another ``encoder_embed_dim``).
     """
-    from avsr.compat import CheckpointError, read_checkpoint
+    from avsr.compat import CheckpointError, load_state_strict, read_checkpoint
 
     try:
         enc = read_checkpoint(path).encoder_state
-    except (CheckpointError, FileNotFoundError) as e:
-        raise ConfigError(f"--init-encoder {path}: {e}") from e
-    own = model.encoder.state_dict()
-    for key, value in own.items():  # BatchNorm counters are not in every checkpoint
-        if key.endswith("num_batches_tracked") and key not in enc:
-            enc[key] = torch.zeros_like(value)
-    try:
-        model.encoder.load_state_dict(enc, strict=True)
-    except RuntimeError as e:
-        raise ConfigError(f"--init-encoder {path}: the encoder weights do not fit this model: {e}") from e
+        load_state_strict(model.encoder, enc, str(path), "encoder of this model")
+    except (CheckpointError, FileNotFoundError) as e:  # the messages name the file
+        raise ConfigError(f"--init-encoder: {e}") from e
     logger.info("encoder initialised from %s (%d tensors)", path, len(enc))
 
 
@@ -130,11 +124,8 @@ def main(argv: list[str] | None = None) -> None:
             raise ConfigError(f"{args.config} has pretrain_conf (pretraining) but no --labels were given")
         train_labels = load_label_sets(args.train_data, args.labels)
         valid_labels = load_label_sets(args.valid_data, args.labels)
-        from avsr.clustering import read_label_meta
-
-        metas = [read_label_meta(args.train_data / n) for n in args.labels]
-        num_classes = [int(m["num_classes"]) for m in metas]
-        rates = {float(m["label_rate"]) for m in metas}
+        num_classes = [s.num_classes for s in train_labels]
+        rates = {s.label_rate for s in train_labels}
         if len(rates) != 1:
             raise ConfigError(f"--labels {args.labels}: label sets differ in label rate {sorted(rates)}")
         ignored = [k for k in ("decoder_conf", "model_conf") if k in model_part]

@@ -20,6 +20,7 @@ from avsr.compat.fairseq_avhubert import (
     build_encoder,
     load_avsr_model,
     load_encoder,
+    load_state_strict,
     read_checkpoint,
     tokenizer_for,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "build_encoder",
     "load_avsr_model",
     "load_encoder",
+    "load_state_strict",
     "read_checkpoint",
     "safe_torch_load",
     "tokenizer_for",

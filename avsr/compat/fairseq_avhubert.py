@@ -325,9 +325,9 @@ def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     return _read_fairseq(ckpt, path)
 
 
-def _load_strict(module: torch.nn.Module, state: Mapping[str, Tensor], where: str, what: str) -> None:
+def load_state_strict(module: torch.nn.Module, state: Mapping[str, Tensor], where: str, what: str) -> None:
     """``load_state_dict`` with BatchNorm counters defaulted, raising :class:`CheckpointError` with the
-    missing, unexpected and mis-shaped keys named."""
+    missing, unexpected and mis-shaped keys named (``where``: the file; ``what``: e.g. ``encoder``)."""
     state = dict(state)
     own = module.state_dict()
     for key, value in own.items():
@@ -355,7 +355,7 @@ def build_encoder(loaded: LoadedCheckpoint):
     from avsr.encoder import AVHubertEncoder
 
     encoder = AVHubertEncoder(**loaded.encoder_conf)
-    _load_strict(encoder, loaded.encoder_state, str(loaded.path), "encoder")
+    load_state_strict(encoder, loaded.encoder_state, str(loaded.path), "encoder")
     return encoder.eval()
 
 
@@ -403,7 +403,7 @@ def build_asr_model(loaded: LoadedCheckpoint, dictionary: Any = None, bpemodel: 
         config["token_list"] = _resolve_dictionary(loaded, config["vocab_size"], dictionary, bpemodel)
         config["encoder_conf"] = _full_encoder_conf(loaded.encoder_conf)
     model = AVSRModel.from_config(config, str(loaded.path))
-    _load_strict(model, loaded.model_state, str(loaded.path), "model")
+    load_state_strict(model, loaded.model_state, str(loaded.path), "model")
     model.model_config = config
     return model.eval()
 

@@ -54,11 +54,13 @@ class LabelSet:
         name: where the labels come from (a ``.km`` file path), used in error messages.
         labels: utterance id -> ``(L,)`` int64 labels, one per frame at ``label_rate``.
         label_rate: labels per second (100 for MFCC clusters, 25 for transformer-layer clusters).
+        num_classes: K, the number of clusters (labels lie in ``0..K-1``).
     """
 
     name: str
     labels: Mapping[str, torch.Tensor]
     label_rate: float
+    num_classes: int
 
 
 class AVDataset(torch.utils.data.Dataset):
