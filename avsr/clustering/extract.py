@@ -17,7 +17,6 @@ import logging
 import math
 import os
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -67,43 +66,31 @@ class MfccExtractor:
 
 
 def load_encoder(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> AVHubertEncoder:
-    """The encoder of a checkpoint, in eval mode.
+    """The encoder of a checkpoint, in eval mode, on ``map_location``.
 
-    An avsr checkpoint of a whole model (``{"model": state_dict, "model_config": {"encoder_conf": ...,
-    ...}}`` as written by the trainer for the pretraining model or the ASR model) gives an
-    ``AVHubertEncoder(**encoder_conf)`` with the ``encoder.``-prefixed weights of ``model``; any other file
-    (an official fairseq AV-HuBERT checkpoint, an encoder alone as written by ``avsr-convert``) goes through
-    :meth:`AVHubertEncoder.from_pretrained`.
+    Read by :func:`avsr.compat.read_checkpoint`: an avsr checkpoint of a whole model (``{"model": state_dict,
+    "model_config": {"encoder_conf": ...}}`` as the trainer writes for the pretraining or the ASR model: the
+    ``encoder.``-prefixed weights), an encoder alone (``avsr-convert``), or an official fairseq AV-HuBERT
+    checkpoint.
 
     Raises:
         FileNotFoundError: no such file.
-        FeatureDumpError: an avsr checkpoint whose ``encoder.`` weights do not fit its ``encoder_conf``
-            (keys named).
-        avsr.compat.CheckpointError: from :meth:`AVHubertEncoder.from_pretrained`.
+        FeatureDumpError: an avsr checkpoint whose encoder weights do not fit its ``encoder_conf`` (keys
+            named).
+        avsr.compat.CheckpointError: any other unreadable or unfitting checkpoint.
     """
-    from avsr.train.checkpoint import load_checkpoint
+    from avsr.compat import CheckpointError, build_encoder, read_checkpoint
 
-    path = Path(path)
+    loaded = read_checkpoint(path, map_location)
     try:
-        ckpt = load_checkpoint(path, map_location)
-    except RuntimeError:  # not loadable with weights_only (e.g. a fairseq file): the safe loader's job
-        ckpt = None
-    config = ckpt.get("model_config") if isinstance(ckpt, dict) else None
-    state = ckpt.get("model") if isinstance(ckpt, dict) else None
-    # a whole model (pretraining or ASR) holds the encoder under "encoder."; an encoder alone has the
-    # front-ends at the top level (and its transformer under "encoder." too)
-    if isinstance(config, dict) and "encoder_conf" in config and isinstance(state, dict) \
-            and any(k.startswith("encoder.feature_extractor_") for k in state):
-        encoder = AVHubertEncoder(**(config["encoder_conf"] or {}))
-        weights = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
-        try:
-            encoder.load_state_dict(weights, strict=True)
-        except RuntimeError as e:
-            raise FeatureDumpError(
-                f"{path}: the encoder weights do not fit model_config.encoder_conf: {e}"
-            ) from e
-        return encoder.to(map_location).eval()
-    return AVHubertEncoder.from_pretrained(path, map_location).eval()
+        encoder = build_encoder(loaded)
+    except CheckpointError as e:
+        if loaded.kind != "avsr":
+            raise
+        raise FeatureDumpError(
+            f"{path}: the encoder weights do not fit model_config.encoder_conf: {e}"
+        ) from e
+    return encoder.to(map_location)
 
 
 class LayerExtractor:

@@ -298,11 +298,11 @@ def _read_own(ckpt: Mapping[str, Any], path: Path) -> LoadedCheckpoint:
         enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
         return LoadedCheckpoint(path, "avsr", dict(config.get("encoder_conf") or {}), enc_state,
                                 model_config=dict(config), model_state=dict(state))
-    if "pretrain_conf" in config:  # an AVHubertPretrainModel: its encoder part
-        enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
-        return LoadedCheckpoint(path, "avsr", dict(config.get("encoder_conf") or {}), enc_state)
-    if "encoder_conf" in config:  # an encoder alone
-        return LoadedCheckpoint(path, "avsr", dict(config["encoder_conf"] or {}), dict(state))
+    if "encoder_conf" in config:
+        enc_state = dict(state)  # an encoder alone: front-ends at the top level
+        if any(k.startswith("encoder.feature_extractor_") for k in state):  # a whole model (e.g. pretraining)
+            enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+        return LoadedCheckpoint(path, "avsr", dict(config["encoder_conf"] or {}), enc_state)
     raise NotAVHubertCheckpointError(f"{where}: 'model_config' has neither 'vocab_size' nor 'encoder_conf'")
 
 
