@@ -398,3 +398,28 @@ def test_tiny_model_overfits_two_utterances_and_decodes_them():
     assert model.training  # decode restores the mode
     assert model.decode(audio, None, lens, beam_size=2, ctc_weight=1.0) == targets
     assert model.decode(audio, None, lens, beam_size=1, ctc_weight=0.0) == targets
+
+
+def test_video_front_end_memo_reuses_outputs_and_decodes_as_without_it():
+    from avsr.bin.decode import VideoFrontEndMemo
+
+    torch.manual_seed(0)
+    model = AVSRModel(9, TINY_ENCODER, TINY_DECODER, ctc_weight=0.3).eval()
+    video = torch.randn(2, 1, 5, 88, 88)
+    lens = torch.tensor([5, 4])
+    cfg = DecodeConfig(beam_size=2, ctc_weight=0.3)
+    audios = [torch.randn(2, 104, 5) for _ in range(2)]  # two noise conditions, the same video
+    expected = [model.decode(a, video, lens, cfg) for a in audios]
+    plain = model.encoder.feature_extractor_video
+    calls = []
+    plain.register_forward_hook(lambda *_: calls.append(1))
+    memo = VideoFrontEndMemo(plain)
+    model.encoder.feature_extractor_video = memo
+    got = []
+    for a in audios:
+        memo.key = ("u1", "u2")
+        got.append(model.decode(a, video, lens, cfg))
+    assert got == expected and len(calls) == 1  # the second condition used the remembered output
+    memo.key = ("u1", "u2")
+    with pytest.raises(RuntimeError, match="another shape"):
+        memo(video[:1])

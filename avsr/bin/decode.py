@@ -5,7 +5,8 @@ each SNR when a noise file is given) the tool writes ``<out>/<test_set>/<modalit
 ``ref`` (Kaldi text: ``<utt-id> WORDS``), each atomically; a condition whose ``hyp`` exists is skipped, so an
 interrupted decoding resumes. The noise segment and the SNR of an utterance are a function of its id, so
 every run decodes the same noisy audio. Video-only input does not depend on the audio noise: it is decoded
-once and its hypotheses are written for every condition.
+once and its hypotheses are written for every condition. Audio-visual decoding likewise runs the video
+front-end once per utterance (:class:`VideoFrontEndMemo`) and reuses its output in every noise condition.
 
 The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
 accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``: an avsr checkpoint or an official fine-tuned
@@ -93,6 +94,40 @@ def write_text_atomic(path: Path, mapping: dict[str, str]) -> None:
     write_kaldi_map(path, mapping)
 
 
+class VideoFrontEndMemo(torch.nn.Module):
+    """Stands in for an encoder's video front-end while one test set is decoded audio-visually under several
+    audio noise conditions: the video of an utterance is the same in every condition, so its front-end
+    output (ResNet + projection, ``(B, D, T)`` float) is computed in the first condition and reused in the
+    others, which then cost only the audio front-end, the transformer and the beam search.
+
+    Outputs are remembered per batch, keyed by the batch's utterance ids (set :attr:`key` before each
+    forward; batching is deterministic, so every condition forms the same batches), and kept on the CPU.
+    Decoding only: it runs the wrapped module under no_grad semantics of the caller and never in training.
+
+    Raises:
+        RuntimeError: a remembered output does not fit the batch (another batch under the same key).
+    """
+
+    def __init__(self, front_end: torch.nn.Module) -> None:
+        super().__init__()
+        self.front_end = front_end
+        self.key: tuple[str, ...] | None = None
+        self._outputs: dict[tuple[str, ...], torch.Tensor] = {}
+
+    def forward(self, video: torch.Tensor) -> torch.Tensor:
+        """``(B, 1, T, H, W) -> (B, D, T)``, from the memo when this batch was seen."""
+        out = self._outputs.get(self.key) if self.key is not None else None
+        if out is None:
+            out = self.front_end(video)
+            if self.key is not None:
+                self._outputs[self.key] = out.cpu()
+            return out
+        if out.shape[0] != video.shape[0] or out.shape[-1] != video.shape[2]:
+            raise RuntimeError(f"video front-end memo: batch {self.key[:2]}... has another shape "
+                               f"({tuple(video.shape)} vs output {tuple(out.shape)})")
+        return out.to(video.device)
+
+
 @torch.no_grad()
 def decode_dataset(
     model,
@@ -103,13 +138,15 @@ def decode_dataset(
     batch_frames: int,
     device: torch.device,
     desc: str,
+    video_memo: VideoFrontEndMemo | None = None,
 ) -> dict[str, str]:
     """Hypotheses (utt-id -> words) for every utterance of ``dataset``, fed through ``modality``'s inputs.
 
     Batches are length-bucketed (at most ``batch_frames`` padded frames); the beam search runs batched over
     the utterances of a batch. ``tokenizer`` is a :class:`Tokenizer` or an
     :class:`avsr.compat.FairseqTokenizer` (whose lower-case text, as AV-HuBERT writes it, is upper-cased like
-    avsr's references).
+    avsr's references). ``video_memo``, when given, is the model's video front-end wrapped in a
+    :class:`VideoFrontEndMemo` and gets each batch's key.
     """
     from avsr.compat import FairseqTokenizer
 
@@ -122,6 +159,8 @@ def decode_dataset(
     for batch in tqdm(loader, desc=desc, dynamic_ncols=True, mininterval=2.0):
         audio = batch["audio"].to(device) if "audio" in use else None
         video = batch["video"].to(device) if "video" in use else None
+        if video_memo is not None:
+            video_memo.key = tuple(batch["utt_ids"])
         token_ids = model.decode(audio, video, batch["lengths"].to(device), decode_cfg)
         for utt_id, ids in zip(batch["utt_ids"], token_ids):
             text = tokenizer.decode(list(ids))
@@ -182,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
 
     for modality in args.modalities:
         video_hyps: dict[str, str] | None = None
+        memo: VideoFrontEndMemo | None = None
         for cond, noise in conditions:
             out_dir = args.out / test_set / modality / cond
             if (out_dir / "hyp").is_file():
@@ -192,6 +232,9 @@ def main(argv: list[str] | None = None) -> None:
             else:
                 if model is None:
                     model = load_model(args.exp_dir, args.checkpoint, args.average_nbest, device)
+                if modality == "audiovisual" and len(conditions) > 1 and memo is None:
+                    memo = VideoFrontEndMemo(model.encoder.feature_extractor_video)
+                    model.encoder.feature_extractor_video = memo
                 inputs = [m for m in ("audio", "video") if m in MODALITY_INPUTS[modality]]
                 dataset = AVDataset(
                     utts, None, modalities=inputs, noise=noise if "audio" in inputs else None, cache=False
@@ -206,6 +249,7 @@ def main(argv: list[str] | None = None) -> None:
                     args.batch_frames,
                     device,
                     desc=f"{test_set}/{modality}/{cond}",
+                    video_memo=memo,
                 )
                 logger.info(
                     "%s/%s/%s: %d utterances in %.1f s", test_set, modality, cond, len(hyps), time.time() - t0
@@ -214,6 +258,8 @@ def main(argv: list[str] | None = None) -> None:
                     video_hyps = hyps
             write_text_atomic(out_dir / "ref", refs)
             write_text_atomic(out_dir / "hyp", hyps)
+        if memo is not None:  # the plain front-end again, and the memo's outputs freed
+            model.encoder.feature_extractor_video = memo.front_end
     logger.info("decoding written under %s", os.fspath(args.out / test_set))
 
 

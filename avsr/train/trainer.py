@@ -111,6 +111,22 @@ def load_train_config(path: str | os.PathLike) -> tuple[TrainConfig, dict]:
     return cfg, model_part
 
 
+def make_adamw(params, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with ``cfg.lr``, ``cfg.betas`` and ``cfg.weight_decay``, as the fused single-kernel implementation.
+
+    The fused kernel (CPU and CUDA) does the same update as the per-tensor one in a few ms instead of
+    ~13 ms per step for the SynthGRID CPU model (212 tensors), ~50 s of a default recipe run; its state dict
+    is the same, so checkpoints resume either way. Falls back to the default implementation where fused is
+    unavailable (RuntimeError from torch, e.g. for a device type without the kernel).
+    """
+    params = list(params)
+    kwargs = dict(lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    try:
+        return torch.optim.AdamW(params, fused=True, **kwargs)
+    except RuntimeError:
+        return torch.optim.AdamW(params, **kwargs)
+
+
 def lr_lambda(step: int, warmup: int, total: int, final_scale: float) -> float:
     """Learning-rate multiplier: linear warm-up to 1 over ``warmup`` steps, then cosine decay to
     ``final_scale`` at step ``total``."""
@@ -189,9 +205,7 @@ class Trainer:
             if self.world > 1
             else self.model
         )
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
-        )
+        self.optimizer = make_adamw(self.model.parameters(), cfg)
         self.total_steps = max(1, cfg.max_epoch * len(self.sampler) // cfg.accum_grad)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_lambda(s, cfg.warmup_steps, self.total_steps, cfg.final_lr_scale)
