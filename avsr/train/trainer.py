@@ -112,7 +112,7 @@ def load_train_config(path: str | os.PathLike) -> tuple[TrainConfig, dict]:
 
 
 def make_adamw(params, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with ``cfg.lr``, ``cfg.betas`` and ``cfg.weight_decay``, as the fused single-kernel implementation.
+    """AdamW with ``cfg.lr``, ``cfg.betas`` and ``cfg.weight_decay``, in its fused single-kernel form.
 
     The fused kernel (CPU and CUDA) does the same update as the per-tensor one in a few ms instead of
     ~13 ms per step for the SynthGRID CPU model (212 tensors), ~50 s of a default recipe run; its state dict
