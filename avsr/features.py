@@ -67,6 +67,7 @@ def logfbank(
     num_filters: int = 26,
     nfft: int = 512,
     preemph: float = 0.97,
+    warp: float = 1.0,
 ) -> torch.Tensor:
     """Log mel filterbank energies, numerically as python_speech_features' ``logfbank``.
 
@@ -77,6 +78,8 @@ def logfbank(
         num_filters: number of mel filters.
         nfft: FFT size; frames longer than ``nfft`` are truncated by the FFT as numpy's ``rfft`` does.
         preemph: pre-emphasis coefficient.
+        warp: frequency-axis scale of the power spectrum before the filterbank (training augmentation,
+            see :func:`warp_spectrum`); 1.0 (the default) leaves it untouched.
 
     Returns:
         float64 tensor (num_frames, num_filters) at 1 / winstep Hz, where
@@ -98,9 +101,82 @@ def logfbank(
     x = torch.nn.functional.pad(x, (0, pad))
     frames = x.unfold(0, frame_len, frame_step)
     power = torch.fft.rfft(frames, n=nfft).abs().pow(2) / nfft
+    if warp != 1.0:
+        power = warp_spectrum(power, warp)
     feats = power @ mel_filterbank(num_filters, nfft, sample_rate).T
     feats = torch.where(feats == 0, torch.full_like(feats, _EPS), feats)
     return feats.log()
+
+
+def warp_spectrum(power: torch.Tensor, warp: float) -> torch.Tensor:
+    """Scale the frequency axis of a power spectrum by ``warp`` (vocal tract length perturbation).
+
+    ``out[..., k] = power[..., k / warp]``, linearly interpolated between FFT bins and held at the Nyquist
+    bin beyond it: with ``warp > 1`` formants and harmonics move up (as for a shorter vocal tract or a faster
+    tape), with ``warp < 1`` down. Frame count and timing are unchanged, so audio stays aligned with video.
+    Follows VTLP (Jaitly & Hinton, 2013), applied as a plain linear warp of the whole axis.
+
+    Args:
+        power: (..., K) float power spectrum over K = nfft / 2 + 1 bins from 0 Hz to Nyquist.
+        warp: positive scale factor (typically 0.9-1.1).
+
+    Returns:
+        (..., K) tensor of the same dtype.
+
+    Raises:
+        ValueError: ``warp`` not positive.
+    """
+    if not warp > 0:
+        raise ValueError(f"frequency warp factor must be positive, got {warp}")
+    k = power.shape[-1]
+    src = (torch.arange(k, dtype=power.dtype, device=power.device) / warp).clamp(max=k - 1)
+    lo = src.floor().long()
+    hi = (lo + 1).clamp(max=k - 1)
+    frac = src - lo
+    return power[..., lo] * (1 - frac) + power[..., hi] * frac
+
+
+def freq_mask(
+    feats: torch.Tensor,
+    num_masks: int,
+    max_width: int,
+    generator: torch.Generator | None = None,
+    num_filters: int = 26,
+) -> torch.Tensor:
+    """SpecAugment frequency masking on stacked filterbank frames (Park et al., 2019, Sec. 2).
+
+    Each of ``num_masks`` masks sets ``w ~ U{0..max_width}`` consecutive filterbank channels ``[f, f + w)``
+    to 0 in every frame and in each of the stacked sub-frames (the same channels in all
+    ``feats.shape[1] // num_filters`` of them). Applied after AV-HuBERT's per-frame normalisation, 0 is the
+    frame's mean (ESPnet masks normalised features with 0 as well).
+
+    Args:
+        feats: (T, stack * num_filters) float, e.g. (T, 104) from :func:`avhubert_audio_features`.
+        num_masks: number of masks (0 returns ``feats`` unchanged).
+        max_width: widest mask in channels (< ``num_filters``).
+        generator: random source.
+        num_filters: filterbank channels per stacked sub-frame.
+
+    Returns:
+        a masked copy, same shape and dtype.
+
+    Raises:
+        ValueError: the feature dimension is not a multiple of ``num_filters``, or ``max_width`` is out of
+            ``[0, num_filters)``.
+    """
+    t, d = feats.shape
+    if d % num_filters:
+        raise ValueError(f"feature dim {d} is not a multiple of num_filters={num_filters}")
+    if not 0 <= max_width < num_filters:
+        raise ValueError(f"freq mask width must be in [0, {num_filters}), got {max_width}")
+    if num_masks <= 0 or max_width == 0:
+        return feats
+    keep = torch.ones(num_filters, dtype=feats.dtype)
+    for _ in range(num_masks):
+        w = int(torch.randint(0, max_width + 1, (1,), generator=generator))
+        f = int(torch.randint(0, num_filters - w + 1, (1,), generator=generator))
+        keep[f : f + w] = 0
+    return (feats.view(t, d // num_filters, num_filters) * keep.to(feats.device)).view(t, d)
 
 
 def stack_frames(feats: torch.Tensor, stack_order: int = 4) -> torch.Tensor:
@@ -126,6 +202,7 @@ def avhubert_audio_features(
     sample_rate: int = 16000,
     num_video_frames: int | None = None,
     normalize: bool = True,
+    warp: float = 1.0,
 ) -> torch.Tensor:
     """AV-HuBERT's audio input: 26 log filterbanks at 100 Hz stacked 4 at a time to 104 dims at 25 Hz.
 
@@ -139,6 +216,7 @@ def avhubert_audio_features(
         sample_rate: must be 16000 (the 25 Hz stacking assumes 100 Hz filterbank frames).
         num_video_frames: pad (with zeros) or trim the feature sequence to this many 25 Hz frames.
         normalize: apply the per-frame layer normalisation.
+        warp: frequency warp of the power spectrum (training augmentation, :func:`warp_spectrum`).
 
     Returns:
         float32 tensor (T, 104) at 25 Hz.
@@ -151,7 +229,7 @@ def avhubert_audio_features(
     x = waveform.to(torch.float64)
     if waveform.is_floating_point():
         x = x * _INT16_SCALE
-    feats = stack_frames(logfbank(x, sample_rate), 4)
+    feats = stack_frames(logfbank(x, sample_rate, warp=warp), 4)
     if num_video_frames is not None:
         diff = feats.shape[0] - num_video_frames
         if diff < 0:

@@ -8,7 +8,7 @@ import torch
 
 from avsr.config import ConfigError, from_dict, load_yaml
 from avsr.data.datadir import DataDirError, Utterance, read_datadir, write_datadir
-from avsr.data.dataset import AVDataset, BucketBatchSampler, DataError, NoiseConfig, collate
+from avsr.data.dataset import AudioAugment, AVDataset, BucketBatchSampler, DataError, NoiseConfig, collate
 from avsr.data.media import MediaError, write_video, write_wav
 from avsr.data.noise import NoiseSource, mix_at_snr
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
@@ -125,6 +125,22 @@ def test_dataset_noise_changes_audio_only(tmp_path, tokenizer):
     )[0]
     assert not torch.allclose(clean["audio"], noisy["audio"])
     assert torch.equal(clean["video"], noisy["video"])
+
+
+def test_audio_augment_changes_training_audio_only_and_is_reproducible(tmp_path, tokenizer):
+    utts = [make_utt(tmp_path, "s1_a", 10)]
+    aug = AudioAugment(freq_warp=(0.9, 1.1), num_freq_mask=1, freq_mask_width=3)
+    plain = AVDataset(utts, tokenizer, train=True)[0]
+    ds = AVDataset(utts, tokenizer, train=True, audio_augment=aug)
+    first, again = ds[0], ds[0]
+    assert not torch.allclose(plain["audio"], first["audio"])
+    assert torch.equal(first["audio"], again["audio"]) and torch.equal(plain["video"], first["video"])
+    ds.set_epoch(1)
+    assert not torch.equal(ds[0]["audio"], first["audio"])  # a new draw each epoch
+    evaluation = AVDataset(utts, tokenizer, audio_augment=aug)[0]  # train=False: no augmentation
+    assert torch.equal(evaluation["audio"], AVDataset(utts, tokenizer)[0]["audio"])
+    with pytest.raises(ValueError, match="freq_warp"):
+        AVDataset(utts, tokenizer, audio_augment=AudioAugment(freq_warp=(1.1, 0.9)))
 
 
 def test_duration_mismatch_is_an_error_naming_the_utterance(tmp_path, tokenizer):

@@ -10,11 +10,13 @@ import torch
 from avsr.features import (
     avhubert_audio_features,
     crop_video,
+    freq_mask,
     logfbank,
     mel_filterbank,
     mfcc_features,
     normalize_video,
     stack_frames,
+    warp_spectrum,
 )
 
 
@@ -75,6 +77,38 @@ def test_filterbank_peaks_where_a_tone_is():
     fb = mel_filterbank()
     bin_1khz = round(1000 * 512 / 16000)
     assert int(energies.argmax()) == int(fb[:, bin_1khz].argmax())
+
+
+@pytest.mark.parametrize("warp", [0.9, 1.1])
+def test_frequency_warp_moves_a_tone_by_the_factor(warp):
+    t = torch.arange(16000, dtype=torch.float64) / 16000
+    tone = torch.sin(2 * math.pi * 2000 * t) * 10000
+    frames = tone[:400].unfold(0, 400, 400)
+    power = torch.fft.rfft(frames, n=512).abs().pow(2)
+    peak = int(power.argmax())  # 2 kHz = bin 64
+    warped = warp_spectrum(power, warp)
+    assert abs(int(warped.argmax()) - peak * warp) <= 1
+    assert torch.equal(warp_spectrum(power, 1.0), power)
+    assert torch.equal(logfbank(tone, warp=1.0), logfbank(tone))
+    assert not torch.allclose(logfbank(tone, warp=warp), logfbank(tone))
+    with pytest.raises(ValueError, match="positive"):
+        warp_spectrum(power, 0.0)
+
+
+def test_freq_mask_zeroes_the_same_channels_in_every_stacked_frame():
+    g = torch.Generator().manual_seed(3)
+    feats = torch.randn(20, 104) + 5
+    out = freq_mask(feats, 2, 4, generator=g)
+    per_channel = out.view(20, 4, 26)
+    zero = (per_channel == 0).all(dim=0)  # (4, 26): channels masked in every frame
+    assert torch.equal(zero, zero[:1].expand(4, 26))  # the same channels in each sub-frame
+    assert 0 < int(zero[0].sum()) <= 8
+    assert torch.equal(out.view(20, 4, 26)[:, :, ~zero[0]], feats.view(20, 4, 26)[:, :, ~zero[0]])
+    assert freq_mask(feats, 0, 4) is feats
+    with pytest.raises(ValueError, match="width"):
+        freq_mask(feats, 1, 26)
+    with pytest.raises(ValueError, match="multiple"):
+        freq_mask(torch.randn(3, 100), 1, 2)
 
 
 def test_stacking_pads_with_zeros_and_keeps_frame_order():

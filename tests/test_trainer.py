@@ -11,7 +11,7 @@ from avsr.data.dataset import AVDataset
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.models.asr import AVSRModel
 from avsr.train.checkpoint import average_state_dicts, epoch_checkpoints, load_checkpoint, save_atomic
-from avsr.train.trainer import TrainConfig, Trainer, load_train_config, lr_lambda
+from avsr.train.trainer import TrainConfig, Trainer, build_audio_augment, load_train_config, lr_lambda
 from tests.test_data import WORDS, make_utt
 
 MODEL = {
@@ -104,6 +104,19 @@ def test_train_config_unknown_key_is_named(tmp_path):
     cfg, model_part = load_train_config(tmp_path / "m.yaml")
     with pytest.raises(ConfigError, match="encoder_layer"):
         AVSRModel.from_config({"vocab_size": 10, **model_part})
+
+
+def test_audio_augment_settings_from_the_train_config(tmp_path):
+    (tmp_path / "t.yaml").write_text("freq_warp: [0.9, 1.1]\nnum_freq_mask: 2\nfreq_mask_width: 4\n")
+    cfg, _ = load_train_config(tmp_path / "t.yaml")
+    aug = build_audio_augment(cfg)
+    assert aug.freq_warp == (0.9, 1.1) and (aug.num_freq_mask, aug.freq_mask_width) == (2, 4)
+    assert build_audio_augment(TrainConfig()) is None  # off by default
+    for bad, match in (("freq_warp: [0.9]", "freq_warp"), ("freq_warp: [1.1, 0.9]", "freq_warp"),
+                       ("num_freq_mask: -1", "num_freq_mask")):
+        (tmp_path / "b.yaml").write_text(bad + "\n")
+        with pytest.raises(ConfigError, match=match):
+            build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])
 
 
 def test_validation_every_interval_and_in_the_last_kept_epochs(setup, tmp_path):

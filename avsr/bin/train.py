@@ -33,7 +33,7 @@ from avsr.config import ConfigError
 from avsr.data.datadir import read_datadir
 from avsr.data.dataset import AVDataset, LabelSet
 from avsr.data.tokenizer import Tokenizer
-from avsr.train.trainer import Trainer, build_noise, load_train_config
+from avsr.train.trainer import Trainer, build_audio_augment, build_noise, load_train_config
 
 logger = logging.getLogger("avsr.train")
 
@@ -162,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         noise=build_noise(args.train_noise, cfg),
         seed=cfg.seed,
         label_sets=train_labels or (),
+        audio_augment=build_audio_augment(cfg),
     )
     valid_set = AVDataset(read_datadir(args.valid_data, require_text=not pretrain), tokenizer, train=False,
                           label_sets=valid_labels or ())

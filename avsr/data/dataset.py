@@ -19,7 +19,13 @@ from avsr.data.datadir import Utterance
 from avsr.data.media import read_video, read_wav
 from avsr.data.noise import NoiseSource, stable_seed
 from avsr.data.tokenizer import Tokenizer
-from avsr.features import SAMPLES_PER_FRAME, avhubert_audio_features, crop_video, normalize_video
+from avsr.features import (
+    SAMPLES_PER_FRAME,
+    avhubert_audio_features,
+    crop_video,
+    freq_mask,
+    normalize_video,
+)
 
 MODALITIES = ("audio", "video")
 
@@ -44,6 +50,43 @@ class NoiseConfig:
     prob: float = 1.0
     snr_db: Sequence[float] = (0.0,)
     fixed: bool = False
+
+
+@dataclass
+class AudioAugment:
+    """Training-time augmentation of the audio features (after noise, per utterance and epoch).
+
+    Attributes:
+        freq_warp: ``(low, high)``: the power spectrum's frequency axis is scaled by a factor drawn uniformly
+            from this range (VTLP, :func:`avsr.features.warp_spectrum`), or None for no warping.
+        num_freq_mask: SpecAugment frequency masks per utterance (:func:`avsr.features.freq_mask`).
+        freq_mask_width: widest frequency mask, in filterbank channels (of 26).
+
+    Raises (``check``):
+        ValueError: a malformed range or a negative count/width (names the field).
+    """
+
+    freq_warp: tuple[float, float] | None = None
+    num_freq_mask: int = 0
+    freq_mask_width: int = 0
+
+    def check(self) -> None:
+        """Raise ValueError naming the first invalid field."""
+        if self.freq_warp is not None:
+            lo, hi = self.freq_warp
+            if not 0 < lo <= hi:
+                raise ValueError(
+                    f"freq_warp must be [low, high] with 0 < low <= high, got {list(self.freq_warp)}"
+                )
+        if self.num_freq_mask < 0 or self.freq_mask_width < 0:
+            raise ValueError(f"num_freq_mask and freq_mask_width must be >= 0, got {self.num_freq_mask}, "
+                             f"{self.freq_mask_width}")
+
+    @property
+    def active(self) -> bool:
+        """Whether this changes anything."""
+        warp = self.freq_warp is not None and tuple(self.freq_warp) != (1.0, 1.0)
+        return warp or (self.num_freq_mask > 0 and self.freq_mask_width > 0)
 
 
 @dataclass
@@ -78,6 +121,7 @@ class AVDataset(torch.utils.data.Dataset):
             audio: about 0.5 MB per second of speech).
         seed: base seed of the random augmentation.
         label_sets: frame labels (pretraining targets), one :class:`LabelSet` per target set.
+        audio_augment: frequency warping / masking of the audio features (used only with ``train``).
 
     Items are dicts: ``utt_id`` (str), ``audio`` (T, 104) float32 or None, ``video`` (T, 88, 88) float32
     (normalised) or None, ``tokens`` (L,) int64 or None, ``text`` (str or None), ``labels`` (a list of
@@ -101,6 +145,7 @@ class AVDataset(torch.utils.data.Dataset):
         cache: bool = True,
         seed: int = 0,
         label_sets: Sequence[LabelSet] = (),
+        audio_augment: AudioAugment | None = None,
     ):
         bad = [m for m in modalities if m not in MODALITIES]
         if bad or not modalities:
@@ -114,6 +159,9 @@ class AVDataset(torch.utils.data.Dataset):
         self.cache = cache
         self.seed = seed
         self.label_sets = list(label_sets)
+        if audio_augment is not None:
+            audio_augment.check()
+        self.audio_augment = audio_augment if audio_augment is not None and audio_augment.active else None
         self.epoch = 0
         self._cache: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
 
@@ -171,7 +219,16 @@ class AVDataset(torch.utils.data.Dataset):
         if wav is not None:
             if self.noise is not None:
                 wav = self._add_noise(u.utt_id, wav, g)
-            audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames)
+            aug = self.audio_augment if self.train else None
+            warp, ga = 1.0, None
+            if aug is not None:  # its own random stream: the video crop and noise draws stay as without it
+                ga = torch.Generator().manual_seed(stable_seed(self.seed, self.epoch, index, "audio_augment"))
+                if aug.freq_warp is not None:
+                    lo, hi = aug.freq_warp
+                    warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
+            audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames, warp=warp)
+            if aug is not None:
+                audio_feats = freq_mask(audio_feats, aug.num_freq_mask, aug.freq_mask_width, generator=ga)
         if video is not None:
             video_feats = normalize_video(crop_video(video, train=self.train, generator=g))
         if self.tokenizer is not None:

@@ -23,7 +23,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from avsr.config import ConfigError, check_keys, from_dict, load_yaml
-from avsr.data.dataset import AVDataset, BucketBatchSampler, NoiseConfig, collate
+from avsr.data.dataset import AudioAugment, AVDataset, BucketBatchSampler, NoiseConfig, collate
 from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
 
 logger = logging.getLogger("avsr.train")
@@ -52,6 +52,10 @@ class TrainConfig:
         grad_clip: clip the global gradient norm to this (0 disables).
         noise_prob: probability that a training utterance gets babble noise (needs a noise file).
         noise_snr_db: SNRs in dB drawn uniformly for that noise.
+        freq_warp: ``[low, high]`` range of the per-utterance frequency-axis scale of the audio spectrum
+            (VTLP; null: none), see :class:`avsr.data.dataset.AudioAugment`.
+        num_freq_mask: SpecAugment frequency masks per training utterance (0: none).
+        freq_mask_width: widest frequency mask in filterbank channels (of 26).
         seed: seed of initialisation, data order and augmentation.
         num_workers: DataLoader worker processes (0 loads in the main process, with a cache).
         use_amp: bfloat16 autocast on CUDA.
@@ -75,6 +79,9 @@ class TrainConfig:
     grad_clip: float = 5.0
     noise_prob: float = 0.0
     noise_snr_db: list[float] = field(default_factory=lambda: [-5.0, 0.0, 5.0, 10.0])
+    freq_warp: list[float] | None = None
+    num_freq_mask: int = 0
+    freq_mask_width: int = 0
     seed: int = 0
     num_workers: int = 0
     use_amp: bool = True
@@ -125,6 +132,25 @@ def make_adamw(params, cfg: TrainConfig) -> torch.optim.AdamW:
         return torch.optim.AdamW(params, fused=True, **kwargs)
     except RuntimeError:
         return torch.optim.AdamW(params, **kwargs)
+
+
+def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
+    """The training-time audio feature augmentation of ``cfg`` (None when it has none).
+
+    Raises:
+        ConfigError: a malformed ``freq_warp`` or a negative ``num_freq_mask``/``freq_mask_width``.
+    """
+    warp = None
+    if cfg.freq_warp is not None:
+        if len(cfg.freq_warp) != 2:
+            raise ConfigError(f"freq_warp must be [low, high], got {cfg.freq_warp}")
+        warp = (float(cfg.freq_warp[0]), float(cfg.freq_warp[1]))
+    aug = AudioAugment(warp, int(cfg.num_freq_mask), int(cfg.freq_mask_width))
+    try:
+        aug.check()
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+    return aug if aug.active else None
 
 
 def lr_lambda(step: int, warmup: int, total: int, final_scale: float) -> float:
