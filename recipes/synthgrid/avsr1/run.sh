@@ -5,7 +5,7 @@
 #   ./run.sh                          # everything
 #   ./run.sh --stage 9 --stop_stage 9 # training only (resumes from exp/<tag>/checkpoint.pt)
 #   ./run.sh --ngpu 1                 # train and decode on a GPU
-#   ./run.sh --num-train 6000         # corpus size (also --num-valid, --num-test, --train-speakers,
+#   ./run.sh --num-train 3000         # corpus size (also --num-valid, --num-test, --train-speakers,
 #                                     --babble-seconds, --seed)
 # Any variable of ../../TEMPLATE/avsr1/avsr.sh can be set with --name value.
 set -euo pipefail
@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 . ./path.sh
 
 corpus_dir=corpus
-corpus_opts=(--num-train 3000 --num-valid 100 --num-test 200 --train-speakers 48 --babble-seconds 60 --seed 0)
+corpus_opts=(--num-train 1500 --num-valid 100 --num-test 200 --train-speakers 48 --babble-seconds 60 --seed 0)
 rest=()
 while [ $# -gt 0 ]; do  # options of this corpus; the rest goes to the template
   case "$1" in

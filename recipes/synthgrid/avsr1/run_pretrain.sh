@@ -7,13 +7,10 @@
 #   ./run_pretrain.sh                       # everything (stages 1-11)
 #   ./run_pretrain.sh --finetune-percent 20 # more labels
 #   ./run_pretrain.sh --stage 9             # fine-tune, decode and score again
-# Options as run.sh (corpus options, and any variable of ../../TEMPLATE/avsr1/avsr.sh). Its corpus is the
-# 1500-utterance one it was verified with, in its own corpus and data dirs (run.sh's default corpus is larger).
+# Options as run.sh (corpus options, and any variable of ../../TEMPLATE/avsr1/avsr.sh).
 set -euo pipefail
 cd "$(dirname "$0")"
 exec ./run.sh \
-  --corpus-dir corpus_pretrain --data-dir data_pretrain \
-  --num-train 1500 --train-speakers 48 \
   --pretrain-iters 2 \
   --pretrain-config conf/pretrain/avhubert_synthgrid_cpu.yaml \
   --km-classes 100 --km-classes2 500 \
