@@ -88,12 +88,6 @@ def load_checkpoint_model(checkpoint: Path, bpemodel: Path | None, device: torch
     return model.to(device).eval(), tokenizer_for(model, loaded, bpemodel)
 
 
-def write_text_atomic(path: Path, mapping: dict[str, str]) -> None:
-    """Kaldi text file, sorted by key, written through a temporary file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_kaldi_map(path, mapping)
-
-
 class VideoFrontEndMemo(torch.nn.Module):
     """Stands in for an encoder's video front-end while one test set is decoded audio-visually under several
     audio noise conditions: the video of an utterance is the same in every condition, so its front-end
@@ -256,8 +250,9 @@ def main(argv: list[str] | None = None) -> None:
                 )
                 if modality == "video":
                     video_hyps = hyps
-            write_text_atomic(out_dir / "ref", refs)
-            write_text_atomic(out_dir / "hyp", hyps)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            write_kaldi_map(out_dir / "ref", refs)  # atomic, sorted by key
+            write_kaldi_map(out_dir / "hyp", hyps)
         if memo is not None:  # the plain front-end again, and the memo's outputs freed
             model.encoder.feature_extractor_video = memo.front_end
     logger.info("decoding written under %s", os.fspath(args.out / test_set))
