@@ -11,6 +11,7 @@ standard deviation 0.165.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from functools import lru_cache
 
 import torch
@@ -134,6 +135,53 @@ def warp_spectrum(power: torch.Tensor, warp: float) -> torch.Tensor:
     hi = (lo + 1).clamp(max=k - 1)
     frac = src - lo
     return power[..., lo] * (1 - frac) + power[..., hi] * frac
+
+
+def speed_perturb(
+    waveform: torch.Tensor, factor: float, video: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Play an utterance ``factor`` times faster, audio and video together (speed perturbation).
+
+    The audio is resampled as sox's ``speed`` effect (Kaldi/ESPnet ``speed_perturb_factors``, Ko et al.,
+    2015): duration / factor, and pitch and formants x factor, which is what a different tape speed or a
+    different vocal tract length and speaking rate do. The video keeps 25 fps and takes, for each output
+    frame i, the input frame ``floor(i * factor)`` (frames repeated for factor < 1, skipped for factor > 1),
+    so the two streams stay in sync.
+
+    Args:
+        waveform: (N,) float 16 kHz samples.
+        factor: speed factor, positive (1.0 returns the inputs unchanged); resampled with the exact rational
+            ratio of ``factor`` limited to a denominator of 100 (0.9 -> 9/10).
+        video: (T, H, W) frames at 25 fps of any dtype, or None.
+
+    Returns:
+        ``(waveform', video')``: (N',) float with N' = ceil(N / factor), and (round(T / factor), H, W) in the
+        input dtype (or None).
+
+    Raises:
+        ValueError: ``factor`` not positive.
+    """
+    if not factor > 0:
+        raise ValueError(f"speed perturbation factor must be positive, got {factor}")
+    if factor == 1.0:
+        return waveform, video
+    import torchaudio.functional as taf  # imported here: the rest of this module needs only torch
+
+    ratio = Fraction(factor).limit_denominator(100)
+    wav = taf.resample(waveform, orig_freq=ratio.numerator, new_freq=ratio.denominator)
+    if video is not None:
+        video = video.index_select(0, speed_frame_index(video.shape[0], factor))
+    return wav, video
+
+
+def speed_frame_index(num_frames: int, factor: float) -> torch.Tensor:
+    """Which input frame each frame of a sequence played ``factor`` times faster shows.
+
+    Returns ``(round(num_frames / factor),)`` int64 (at least one entry): ``floor(i * factor)`` clipped to
+    ``num_frames - 1``. Used by :func:`speed_perturb` for the video and for frame-level labels.
+    """
+    t_out = max(1, round(num_frames / factor))
+    return (torch.arange(t_out, dtype=torch.float64) * factor).floor().long().clamp(max=num_frames - 1)
 
 
 def freq_mask(

@@ -8,7 +8,15 @@ import torch
 
 from avsr.config import ConfigError, from_dict, load_yaml
 from avsr.data.datadir import DataDirError, Utterance, read_datadir, write_datadir
-from avsr.data.dataset import AudioAugment, AVDataset, BucketBatchSampler, DataError, NoiseConfig, collate
+from avsr.data.dataset import (
+    AudioAugment,
+    AVDataset,
+    BucketBatchSampler,
+    DataError,
+    LabelSet,
+    NoiseConfig,
+    collate,
+)
 from avsr.data.media import MediaError, write_video, write_wav
 from avsr.data.noise import NoiseSource, mix_at_snr
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
@@ -141,6 +149,34 @@ def test_audio_augment_changes_training_audio_only_and_is_reproducible(tmp_path,
     assert torch.equal(evaluation["audio"], AVDataset(utts, tokenizer)[0]["audio"])
     with pytest.raises(ValueError, match="freq_warp"):
         AVDataset(utts, tokenizer, audio_augment=AudioAugment(freq_warp=(1.1, 0.9)))
+
+
+def test_speed_perturbation_changes_both_streams_together_and_is_reproducible(tmp_path, tokenizer):
+    utts = [make_utt(tmp_path, f"s1_{i}", 20) for i in range(4)]
+    labels = {u.utt_id: torch.arange(20) for u in utts}  # 25 Hz frame labels: frame i -> label i
+    label_set = LabelSet("frames.km", labels, label_rate=25.0, num_classes=20)
+    aug = AudioAugment(speed_factors=(0.9, 1.1))
+    ds = AVDataset(utts, tokenizer, train=True, audio_augment=aug, label_sets=[label_set])
+    factor_of = {round(20 / 0.9): 0.9, round(20 / 1.1): 1.1}  # 22 and 18 frames
+    lengths = set()
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        for i in range(len(ds)):
+            item = ds[i]
+            t = item["video"].shape[0]
+            lengths.add(t)
+            assert t in factor_of and item["audio"].shape == (t, 104)
+            # the labels follow the video frames they belong to
+            expected = (torch.arange(t) * factor_of[t]).floor().long().clamp(max=19)
+            assert torch.equal(item["labels"][0], expected)
+    assert lengths == {round(20 / 0.9), round(20 / 1.1)}  # both factors were drawn
+    ds.set_epoch(1)
+    first = ds[0]
+    assert torch.equal(first["audio"], ds[0]["audio"]) and torch.equal(first["video"], ds[0]["video"])
+    evaluation = AVDataset(utts, tokenizer, audio_augment=aug)[0]  # train=False: no perturbation
+    assert evaluation["video"].shape[0] == 20
+    with pytest.raises(ValueError, match="speed_perturb"):
+        AVDataset(utts, tokenizer, audio_augment=AudioAugment(speed_factors=(0.9, 0.0)))
 
 
 def test_duration_mismatch_is_an_error_naming_the_utterance(tmp_path, tokenizer):

@@ -15,6 +15,7 @@ from avsr.features import (
     mel_filterbank,
     mfcc_features,
     normalize_video,
+    speed_perturb,
     stack_frames,
     warp_spectrum,
 )
@@ -93,6 +94,28 @@ def test_frequency_warp_moves_a_tone_by_the_factor(warp):
     assert not torch.allclose(logfbank(tone, warp=warp), logfbank(tone))
     with pytest.raises(ValueError, match="positive"):
         warp_spectrum(power, 0.0)
+
+
+def test_speed_perturb_scales_pitch_and_duration_and_keeps_video_in_sync():
+    sr, hz = 16000, 1000.0
+    tone = torch.sin(2 * math.pi * hz * torch.arange(sr) / sr)  # 1 s
+    video = torch.arange(25).view(25, 1, 1).expand(25, 2, 2).to(torch.uint8)  # frame i holds the value i
+    for factor in (0.9, 1.1):
+        wav, vid = speed_perturb(tone, factor, video)
+        assert wav.numel() == math.ceil(sr / factor)
+        spectrum = torch.fft.rfft(wav[2000:-2000]).abs()
+        peak_hz = int(spectrum.argmax()) * sr / (wav.numel() - 4000)
+        assert abs(peak_hz - hz * factor) < 5  # sox ``speed``: pitch x factor
+        assert vid.shape == (round(25 / factor), 2, 2) and vid.dtype == torch.uint8
+        expected = (torch.arange(vid.shape[0]) * factor).floor().clamp(max=24)
+        assert torch.equal(vid[:, 0, 0].double(), expected.double())
+        # audio and video still agree on the duration within one frame
+        assert abs(wav.numel() / 640 - vid.shape[0]) <= 1
+    same_wav, same_video = speed_perturb(tone, 1.0, video)
+    assert same_wav is tone and same_video is video
+    assert speed_perturb(tone, 1.1)[1] is None
+    with pytest.raises(ValueError, match="positive"):
+        speed_perturb(tone, 0.0)
 
 
 def test_freq_mask_zeroes_the_same_channels_in_every_stacked_frame():

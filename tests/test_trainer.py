@@ -107,13 +107,18 @@ def test_train_config_unknown_key_is_named(tmp_path):
 
 
 def test_audio_augment_settings_from_the_train_config(tmp_path):
-    (tmp_path / "t.yaml").write_text("freq_warp: [0.9, 1.1]\nnum_freq_mask: 2\nfreq_mask_width: 4\n")
+    (tmp_path / "t.yaml").write_text(
+        "freq_warp: [0.9, 1.1]\nnum_freq_mask: 2\nfreq_mask_width: 4\nspeed_perturb: [0.9, 1.0, 1.1]\n"
+    )
     cfg, _ = load_train_config(tmp_path / "t.yaml")
     aug = build_audio_augment(cfg)
     assert aug.freq_warp == (0.9, 1.1) and (aug.num_freq_mask, aug.freq_mask_width) == (2, 4)
+    assert aug.speed_factors == (0.9, 1.0, 1.1)
     assert build_audio_augment(TrainConfig()) is None  # off by default
+    assert build_audio_augment(TrainConfig(speed_perturb=[1.0])) is None  # only 1.0: nothing changes
     for bad, match in (("freq_warp: [0.9]", "freq_warp"), ("freq_warp: [1.1, 0.9]", "freq_warp"),
-                       ("num_freq_mask: -1", "num_freq_mask")):
+                       ("num_freq_mask: -1", "num_freq_mask"),
+                       ("speed_perturb: [0.9, -1.0]", "speed_perturb")):
         (tmp_path / "b.yaml").write_text(bad + "\n")
         with pytest.raises(ConfigError, match=match):
             build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])

@@ -25,6 +25,8 @@ from avsr.features import (
     crop_video,
     freq_mask,
     normalize_video,
+    speed_frame_index,
+    speed_perturb,
 )
 
 MODALITIES = ("audio", "video")
@@ -54,9 +56,12 @@ class NoiseConfig:
 
 @dataclass
 class AudioAugment:
-    """Training-time augmentation of the audio features (after noise, per utterance and epoch).
+    """Training-time augmentation of the audio (per utterance and epoch).
 
     Attributes:
+        speed_factors: speed perturbation: each utterance is played at a factor drawn uniformly from this
+            list (:func:`avsr.features.speed_perturb`, audio and video together, before the noise), e.g.
+            ``(0.9, 1.0, 1.1)`` as ESPnet's ``speed_perturb_factors``; empty for none.
         freq_warp: ``(low, high)``: the power spectrum's frequency axis is scaled by a factor drawn uniformly
             from this range (VTLP, :func:`avsr.features.warp_spectrum`), or None for no warping.
         num_freq_mask: SpecAugment frequency masks per utterance (:func:`avsr.features.freq_mask`).
@@ -69,9 +74,12 @@ class AudioAugment:
     freq_warp: tuple[float, float] | None = None
     num_freq_mask: int = 0
     freq_mask_width: int = 0
+    speed_factors: tuple[float, ...] = ()
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
+        if any(not f > 0 for f in self.speed_factors):
+            raise ValueError(f"speed_perturb factors must be positive, got {list(self.speed_factors)}")
         if self.freq_warp is not None:
             lo, hi = self.freq_warp
             if not 0 < lo <= hi:
@@ -86,7 +94,8 @@ class AudioAugment:
     def active(self) -> bool:
         """Whether this changes anything."""
         warp = self.freq_warp is not None and tuple(self.freq_warp) != (1.0, 1.0)
-        return warp or (self.num_freq_mask > 0 and self.freq_mask_width > 0)
+        speed = any(f != 1.0 for f in self.speed_factors)
+        return warp or speed or (self.num_freq_mask > 0 and self.freq_mask_width > 0)
 
 
 @dataclass
@@ -214,15 +223,20 @@ class AVDataset(torch.utils.data.Dataset):
         u = self.utts[index]
         wav, video = self._load(index)
         g = self._generator(index)
+        aug = self.audio_augment if self.train else None
+        ga, factor = None, 1.0
+        if aug is not None:  # its own random stream: the video crop and noise draws stay as without it
+            ga = torch.Generator().manual_seed(stable_seed(self.seed, self.epoch, index, "audio_augment"))
+            if aug.speed_factors and wav is not None:
+                factor = aug.speed_factors[int(torch.randint(0, len(aug.speed_factors), (1,), generator=ga))]
+                wav, video = speed_perturb(wav, factor, video)
         num_frames = int(video.shape[0]) if video is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
         audio_feats = video_feats = tokens = None
         if wav is not None:
             if self.noise is not None:
                 wav = self._add_noise(u.utt_id, wav, g)
-            aug = self.audio_augment if self.train else None
-            warp, ga = 1.0, None
-            if aug is not None:  # its own random stream: the video crop and noise draws stay as without it
-                ga = torch.Generator().manual_seed(stable_seed(self.seed, self.epoch, index, "audio_augment"))
+            warp = 1.0
+            if aug is not None:
                 if aug.freq_warp is not None:
                     lo, hi = aug.freq_warp
                     warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
@@ -241,13 +255,15 @@ class AVDataset(torch.utils.data.Dataset):
             "video": video_feats,
             "tokens": tokens,
             "text": u.text,
-            "labels": [self._labels(ls, u.utt_id, num_frames) for ls in self.label_sets] or None,
+            "labels": [self._labels(ls, u.utt_id, num_frames, factor) for ls in self.label_sets] or None,
         }
 
-    def _labels(self, ls: LabelSet, utt_id: str, num_frames: int) -> torch.Tensor:
+    def _labels(self, ls: LabelSet, utt_id: str, num_frames: int, speed: float = 1.0) -> torch.Tensor:
         lab = ls.labels.get(utt_id)
         if lab is None:
             raise DataError(f"utterance '{utt_id}' has no labels in {ls.name}")
+        if speed != 1.0:  # the frames of a speed-perturbed utterance: the same index map as its video
+            lab = lab[speed_frame_index(lab.numel(), speed)]
         expected = num_frames * ls.label_rate / 25.0
         tolerance = (self.max_frame_diff + 1) * ls.label_rate / 25.0
         if abs(lab.numel() - expected) > tolerance:

@@ -55,6 +55,8 @@ class TrainConfig:
         freq_warp: ``[low, high]`` range of the per-utterance frequency-axis scale of the audio spectrum
             (VTLP; null: none), see :class:`avsr.data.dataset.AudioAugment`.
         num_freq_mask: SpecAugment frequency masks per training utterance (0: none).
+        speed_perturb: speed factors drawn uniformly per training utterance and epoch, applied to audio and
+            video together (ESPnet's ``speed_perturb_factors``, e.g. ``[0.9, 1.0, 1.1]``; null: none).
         freq_mask_width: widest frequency mask in filterbank channels (of 26).
         seed: seed of initialisation, data order and augmentation.
         num_workers: DataLoader worker processes (0 loads in the main process, with a cache).
@@ -82,6 +84,7 @@ class TrainConfig:
     freq_warp: list[float] | None = None
     num_freq_mask: int = 0
     freq_mask_width: int = 0
+    speed_perturb: list[float] | None = None
     seed: int = 0
     num_workers: int = 0
     use_amp: bool = True
@@ -138,14 +141,16 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
     """The training-time audio feature augmentation of ``cfg`` (None when it has none).
 
     Raises:
-        ConfigError: a malformed ``freq_warp`` or a negative ``num_freq_mask``/``freq_mask_width``.
+        ConfigError: a malformed ``freq_warp``, a negative ``num_freq_mask``/``freq_mask_width`` or a
+            non-positive ``speed_perturb`` factor.
     """
     warp = None
     if cfg.freq_warp is not None:
         if len(cfg.freq_warp) != 2:
             raise ConfigError(f"freq_warp must be [low, high], got {cfg.freq_warp}")
         warp = (float(cfg.freq_warp[0]), float(cfg.freq_warp[1]))
-    aug = AudioAugment(warp, int(cfg.num_freq_mask), int(cfg.freq_mask_width))
+    speed = tuple(float(f) for f in cfg.speed_perturb or ())
+    aug = AudioAugment(warp, int(cfg.num_freq_mask), int(cfg.freq_mask_width), speed)
     try:
         aug.check()
     except ValueError as e:
