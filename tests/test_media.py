@@ -85,13 +85,15 @@ def test_video_round_trip_96x96_25fps(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["v.mp4"]
 
 
-def test_read_video_gives_what_ffmpeg_gray_conversion_gives(tmp_path):
+@pytest.mark.parametrize("zoom", [1, 3])  # 96x96 decodes on one thread, 288x288 with FFmpeg's threads
+def test_read_video_gives_what_ffmpeg_gray_conversion_gives(tmp_path, zoom):
     import av
 
     path = tmp_path / "v.mp4"
-    write_video(path, _moving_pattern(4))
+    write_video(path, _moving_pattern(4).repeat(zoom, axis=1).repeat(zoom, axis=2))
     with av.open(str(path)) as container:
         reference = np.stack([f.to_ndarray(format="gray") for f in container.decode(video=0)])
+    assert reference.shape == (4, 96 * zoom, 96 * zoom)
     assert np.array_equal(read_video(path).numpy(), reference)
 
 

@@ -118,6 +118,9 @@ def _gray(frame: av.VideoFrame) -> np.ndarray:
     return frame.to_ndarray(format="gray")
 
 
+_SMALL_FRAME_PIXELS = 160 * 160  # read_video decodes frames up to this size single-threaded
+
+
 def read_video(path: str | os.PathLike) -> torch.Tensor:
     """Decode all frames of the first video stream of a file as grayscale (the luma plane).
 
@@ -136,7 +139,12 @@ def read_video(path: str | os.PathLike) -> torch.Tensor:
         with av.open(str(path)) as container:
             if not container.streams.video:
                 raise MediaError(f"video file {path} has no video stream")
-            frames = [_gray(frame) for frame in container.decode(video=0)]
+            stream = container.streams.video[0]
+            if stream.codec_context.width * stream.codec_context.height <= _SMALL_FRAME_PIXELS:
+                # ROI-sized frames decode 2-3x faster on the calling thread than with FFmpeg's frame threads
+                stream.thread_type = "NONE"
+                stream.codec_context.thread_count = 1
+            frames = [_gray(frame) for frame in container.decode(stream)]
     except MediaError:
         raise
     except Exception as exc:  # av.error.FFmpegError and friends
