@@ -68,7 +68,8 @@ class AudioAugment:
         freq_mask_width: widest frequency mask, in filterbank channels (of 26).
 
     Raises (``check``):
-        ValueError: a malformed range or a negative count/width (names the field).
+        ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
+            field).
     """
 
     freq_warp: tuple[float, float] | None = None
@@ -130,7 +131,8 @@ class AVDataset(torch.utils.data.Dataset):
             audio: about 0.5 MB per second of speech).
         seed: base seed of the random augmentation.
         label_sets: frame labels (pretraining targets), one :class:`LabelSet` per target set.
-        audio_augment: frequency warping / masking of the audio features (used only with ``train``).
+        audio_augment: speed perturbation (audio, video and labels together) and frequency warping /
+            masking of the audio features (used only with ``train``).
 
     Items are dicts: ``utt_id`` (str), ``audio`` (T, 104) float32 or None, ``video`` (T, 88, 88) float32
     (normalised) or None, ``tokens`` (L,) int64 or None, ``text`` (str or None), ``labels`` (a list of
@@ -236,10 +238,9 @@ class AVDataset(torch.utils.data.Dataset):
             if self.noise is not None:
                 wav = self._add_noise(u.utt_id, wav, g)
             warp = 1.0
-            if aug is not None:
-                if aug.freq_warp is not None:
-                    lo, hi = aug.freq_warp
-                    warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
+            if aug is not None and aug.freq_warp is not None:
+                lo, hi = aug.freq_warp
+                warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
             audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames, warp=warp)
             if aug is not None:
                 audio_feats = freq_mask(audio_feats, aug.num_freq_mask, aug.freq_mask_width, generator=ga)

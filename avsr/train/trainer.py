@@ -55,9 +55,9 @@ class TrainConfig:
         freq_warp: ``[low, high]`` range of the per-utterance frequency-axis scale of the audio spectrum
             (VTLP; null: none), see :class:`avsr.data.dataset.AudioAugment`.
         num_freq_mask: SpecAugment frequency masks per training utterance (0: none).
+        freq_mask_width: widest frequency mask in filterbank channels (of 26).
         speed_perturb: speed factors drawn uniformly per training utterance and epoch, applied to audio and
             video together (ESPnet's ``speed_perturb_factors``, e.g. ``[0.9, 1.0, 1.1]``; null: none).
-        freq_mask_width: widest frequency mask in filterbank channels (of 26).
         seed: seed of initialisation, data order and augmentation.
         num_workers: DataLoader worker processes (0 loads in the main process, with a cache).
         use_amp: bfloat16 autocast on CUDA.
