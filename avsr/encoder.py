@@ -63,7 +63,7 @@ class AVHubertEncoderConfig:
         conv_pos, conv_pos_groups: kernel size and groups of the convolutional positional embedding.
         modality_fuse: ``concat`` (fused dim 2D, then ``post_extract_proj`` to D) or ``add`` (fused dim D,
             no ``post_extract_proj``, as the original).
-        modality_dropout: per utterance in training, probability of dropping one modality (features
+        modality_dropout: per batch in training, probability of dropping one modality (features
             zeroed); the dropped one is audio with probability ``audio_dropout``, else video.
         audio_feat_dim: input audio feature dim (104 = 26 log filterbanks x 4 stacked frames).
         resnet_relu_type: ``prelu`` or ``relu`` in the video ResNet.
@@ -177,13 +177,16 @@ class AVHubertEncoder(nn.Module):
     fed as zeros after its front-end (as AV-HuBERT's ``extract_finetune``), so one model handles
     audio-only, video-only and audio-visual input.
 
-    Behaviour in training (``model.train()``): dropouts, layerdrop, and per-utterance modality dropout when
-    both modalities are given. In eval mode the output on an utterance's valid frames does not depend on
-    the other utterances of the batch or on the padding. Before the video front-end, padded video frames
-    are set to zero, so that the 5-frame temporal kernel of the 3-D stem sees zeros past the end whatever
-    the padding value was. As in the original, in training the video front-end's BatchNorm statistics
-    include the padded (zeroed) frames, and a layer skipped by layerdrop gets no gradient (use
-    ``find_unused_parameters=True`` with DistributedDataParallel when ``encoder_layerdrop > 0``).
+    Behaviour in training (``model.train()``): dropouts, layerdrop, and per-batch modality dropout when both
+    modalities are given -- unless the attribute ``modality_dropout_by_loader`` is True, which says that the
+    data pipeline already made that draw (:class:`avsr.data.dataset.ModalityBatchSampler`, as
+    :class:`avsr.train.trainer.Trainer` sets up) and hands over only the kept modalities. In eval mode the
+    output on an utterance's valid frames does not depend on the other utterances of the batch or on the
+    padding. Before the video front-end, padded video frames are set to zero, so that the 5-frame temporal
+    kernel of the 3-D stem sees zeros past the end whatever the padding value was. As in the original, in
+    training the video front-end's BatchNorm statistics include the padded (zeroed) frames, and a layer
+    skipped by layerdrop gets no gradient (use ``find_unused_parameters=True`` with DistributedDataParallel
+    when ``encoder_layerdrop > 0``).
 
     Methods: :meth:`forward` (ESPnet ``(hidden, olens, None)``), :meth:`extract_layer_outputs` (every
     transformer layer's output, for clustering or probing), :meth:`embed` (the transformer's input, for a
@@ -201,6 +204,7 @@ class AVHubertEncoder(nn.Module):
             raise ConfigError("AVHubertEncoder: give either config=... or keyword options, not both "
                               f"(got keywords {sorted(encoder_conf)})")
         self.config = config
+        self.modality_dropout_by_loader = False
         d = config.encoder_embed_dim
         self.feature_extractor_audio = AudioFrontEnd(config.audio_feat_dim, d)
         self.feature_extractor_video = VideoFrontEnd(d, config.resnet_widths, config.resnet_relu_type)
@@ -340,7 +344,8 @@ class AVHubertEncoder(nn.Module):
             padding_mask = None
 
         d = self.config.encoder_embed_dim
-        if audio is not None and video is not None and self.training and self.config.modality_dropout > 0:
+        if (audio is not None and video is not None and self.training and self.config.modality_dropout > 0
+                and not self.modality_dropout_by_loader):
             audio, video = self._modality_dropout(audio, video)
         feats_audio = feats_video = None
         if audio is not None:

@@ -14,6 +14,7 @@ from avsr.data.dataset import (
     BucketBatchSampler,
     DataError,
     LabelSet,
+    ModalityBatchSampler,
     NoiseConfig,
     collate,
 )
@@ -220,6 +221,49 @@ def test_bucket_sampler_respects_budget_and_is_reproducible():
     assert len(r0) == len(r1) and not {i for b in r0 for i in b} & {i for b in r1 for i in b}
     with pytest.raises(ValueError, match="max_frames"):
         BucketBatchSampler([500], max_frames=400)
+
+
+def test_modality_sampler_draws_as_av_hubert_and_is_reproducible():
+    buckets = BucketBatchSampler(list(np.random.default_rng(0).integers(20, 80, 4000)), max_frames=80, seed=1)
+    s = ModalityBatchSampler(buckets, modality_dropout=0.85, audio_dropout=0.15, seed=1)
+    tagged = list(s)
+    assert len(tagged) == len(buckets) == len(s)
+    assert [[i for i, _ in b] for b in tagged] == list(buckets)  # the wrapped batches, unchanged
+    assert all(len({m for _, m in b}) == 1 for b in tagged)  # one draw per batch
+    share = {m: sum(b[0][1] == m for b in tagged) / len(tagged) for m in ("audiovisual", "audio", "video")}
+    n = len(tagged)  # expected 0.15, 0.85 * 0.85, 0.85 * 0.15; 4 standard deviations
+    for m, p in (("audiovisual", 0.15), ("audio", 0.7225), ("video", 0.1275)):
+        assert abs(share[m] - p) < 4 * math.sqrt(p * (1 - p) / n), (m, share[m])
+    again = ModalityBatchSampler(buckets, 0.85, 0.15, seed=1)
+    again.set_epoch(0)
+    assert list(again) == tagged
+    again.set_epoch(1)
+    assert [b[0][1] for b in again] != [b[0][1] for b in tagged] and buckets.epoch == 1
+    assert {b[0][1] for b in ModalityBatchSampler(buckets, 0.0, 0.5)} == {"audiovisual"}
+    assert {b[0][1] for b in ModalityBatchSampler(buckets, 1.0, 1.0)} == {"video"}
+    with pytest.raises(ValueError, match="audio_dropout"):
+        ModalityBatchSampler(buckets, 0.5, 1.5)
+
+
+def test_batch_modality_loads_only_its_streams_with_its_noise_probability(tmp_path, tokenizer):
+    utts = [make_utt(tmp_path, "s1_a", 10), make_utt(tmp_path, "s1_b", 7)]
+    write_wav(tmp_path / "n.wav", np.random.default_rng(1).standard_normal(32000).astype(np.float32))
+    noise = NoiseConfig(NoiseSource(tmp_path / "n.wav"), prob=1.0, snr_db=[0.0], prob_audio_only=0.0)
+    clean = AVDataset(utts, tokenizer, train=True)
+    noisy = AVDataset(utts, tokenizer, train=True, noise=noise)
+    audio_only = noisy[(0, "audio")]
+    assert audio_only["video"] is None and torch.equal(audio_only["audio"], clean[0]["audio"])
+    av = noisy[(0, "audiovisual")]
+    assert not torch.allclose(av["audio"], clean[0]["audio"]) and av["video"].shape == (10, 88, 88)
+    video_only = noisy[(1, "video")]
+    assert video_only["audio"] is None and video_only["video"].shape == (7, 88, 88)
+    assert torch.equal(video_only["tokens"], clean[1]["tokens"])
+    batch = collate([noisy[(0, "audio")], noisy[(1, "audio")]])
+    assert batch["video"] is None and batch["audio"].shape == (2, 104, 10)
+    with pytest.raises(ValueError, match="batch modality"):
+        noisy[(0, "lips")]
+    with pytest.raises(ValueError, match="loads only"):
+        AVDataset(utts, tokenizer, modalities=("audio",))[(0, "video")]
 
 
 def test_config_unknown_key_names_key_and_file(tmp_path):

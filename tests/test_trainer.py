@@ -7,11 +7,19 @@ import pytest
 import torch
 
 from avsr.config import ConfigError
-from avsr.data.dataset import AVDataset
+from avsr.data.dataset import AVDataset, ModalityBatchSampler, collate
+from avsr.data.media import write_wav
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.models.asr import AVSRModel
 from avsr.train.checkpoint import average_state_dicts, epoch_checkpoints, load_checkpoint, save_atomic
-from avsr.train.trainer import TrainConfig, Trainer, build_audio_augment, load_train_config, lr_lambda
+from avsr.train.trainer import (
+    TrainConfig,
+    Trainer,
+    build_audio_augment,
+    build_noise,
+    load_train_config,
+    lr_lambda,
+)
 from tests.test_data import WORDS, make_utt
 
 MODEL = {
@@ -136,3 +144,39 @@ def test_validation_every_interval_and_in_the_last_kept_epochs(setup, tmp_path):
     assert len(valid) == 2 and all("acc" in v for v in valid)  # the kept epochs 4 and 5
     log = [json.loads(line) for line in (tmp_path / "train_log.jsonl").read_text().splitlines()]
     assert [bool(r["valid"]) for r in log] == [False, False, False, True, True]
+
+
+def test_modality_dropout_is_drawn_by_the_loader_and_not_again_by_the_encoder(setup, tmp_path):
+    tok, utts = setup
+    trainer = make_trainer(tok, utts, tmp_path, max_epoch=1)
+    encoder = trainer.model.encoder
+    assert isinstance(trainer.sampler, ModalityBatchSampler) and encoder.modality_dropout_by_loader
+    for epoch in range(3):
+        trainer.sampler.set_epoch(epoch)
+        drawn = trainer.sampler.modalities(len(trainer.sampler))
+        got = ["audiovisual" if b["audio"] is not None and b["video"] is not None
+               else "audio" if b["audio"] is not None else "video" for b in trainer.loader]
+        assert got == drawn
+    # an audio-visual batch from the loader reaches both front-ends even when the encoder would drop one
+    encoder.train()
+    encoder.config.modality_dropout, encoder.config.audio_dropout = 1.0, 1.0
+    batch = collate([trainer.train_set[(i, "audiovisual")] for i in range(2)])
+    hidden, _, _ = encoder({"audio": batch["audio"], "video": batch["video"]}, batch["lengths"])
+    hidden.sum().backward()
+    assert encoder.feature_extractor_audio.proj.weight.grad is not None
+    encoder.zero_grad(set_to_none=True)
+    encoder.modality_dropout_by_loader = False  # the encoder's own draw: audio dropped
+    hidden, _, _ = encoder({"audio": batch["audio"], "video": batch["video"]}, batch["lengths"])
+    hidden.sum().backward()
+    assert encoder.feature_extractor_audio.proj.weight.grad is None
+
+
+def test_noise_probabilities_per_batch_modality_from_the_train_config(tmp_path):
+    write_wav(tmp_path / "n.wav", np.random.default_rng(0).standard_normal(16000).astype(np.float32))
+    (tmp_path / "a.yaml").write_text("noise_prob: 0.5\nnoise_prob_audio_only: 0.1\n")
+    noise = build_noise(str(tmp_path / "n.wav"), load_train_config(tmp_path / "a.yaml")[0])
+    assert [noise.prob_for(m) for m in ("audiovisual", "audio", "video", None)] == [0.5, 0.1, 0.5, 0.5]
+    (tmp_path / "b.yaml").write_text("noise_prob: 0.5\nnoise_prob_audio_only: 1.5\n")
+    with pytest.raises(ConfigError, match="noise_prob_audio_only"):
+        build_noise(str(tmp_path / "n.wav"), load_train_config(tmp_path / "b.yaml")[0])
+    assert build_noise(str(tmp_path / "n.wav"), TrainConfig(noise_prob=0.0)) is None

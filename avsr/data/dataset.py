@@ -5,6 +5,11 @@ with noise at an SNR) turned into AV-HuBERT's 104-dim stacked filterbanks at 25 
 frames cropped to 88x88 and normalised, and its token ids. Audio and video must agree in duration within
 ``max_frame_diff`` frames; the audio features are then padded or trimmed to the video length as
 AV-HuBERT's ``hubert_dataset.py`` does.
+
+In training, AV-HuBERT's per-batch modality dropout can be drawn here rather than in the model
+(:class:`ModalityBatchSampler`): a batch that keeps only the audio then skips the video's crop and collation,
+draws its noise with its own probability (``NoiseConfig.prob_audio_only``), and the draws depend on the seed
+and epoch only, so a resumed run makes the same ones.
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ from avsr.features import (
 
 MODALITIES = ("audio", "video")
 
+#: what a training batch keeps after modality dropout (:class:`ModalityBatchSampler`) -> the streams loaded
+BATCH_MODALITIES: dict[str, tuple[str, ...]] = {
+    "audiovisual": ("audio", "video"),
+    "audio": ("audio",),
+    "video": ("video",),
+}
+
 
 class DataError(ValueError):
     """An utterance cannot be used; the message names the utterance and its files."""
@@ -43,6 +55,10 @@ class NoiseConfig:
     Attributes:
         source: the noise recording.
         prob: probability that an utterance gets noise (1.0 for a test condition).
+        prob_audio_only: the probability for an utterance of an audio-only training batch (modality dropout
+            dropped its video, :class:`ModalityBatchSampler`); None: ``prob``. Such batches teach the audio
+            path alone, the audio-visual ones when to trust the lips, so the two can be given different
+            amounts of noise.
         snr_db: the SNRs in dB to draw from uniformly (one value for a test condition).
         fixed: the segment and SNR are a function of the utterance id (reproducible test conditions);
             otherwise they are drawn anew each time (training augmentation).
@@ -52,6 +68,13 @@ class NoiseConfig:
     prob: float = 1.0
     snr_db: Sequence[float] = (0.0,)
     fixed: bool = False
+    prob_audio_only: float | None = None
+
+    def prob_for(self, batch_modality: str | None) -> float:
+        """The noise probability of an utterance in a batch that keeps ``batch_modality`` (None: no draw)."""
+        if batch_modality == "audio" and self.prob_audio_only is not None:
+            return self.prob_audio_only
+        return self.prob
 
 
 @dataclass
@@ -221,7 +244,26 @@ class AVDataset(torch.utils.data.Dataset):
         g.manual_seed(stable_seed(self.seed, self.epoch, index))
         return g
 
-    def __getitem__(self, index: int) -> dict:
+    def __getitem__(self, key: int | tuple[int, str]) -> dict:
+        """Item ``key``: an index, or ``(index, batch_modality)`` from :class:`ModalityBatchSampler`.
+
+        With a batch modality (a key of :data:`BATCH_MODALITIES`) only the streams it keeps are returned (the
+        other is None) and the noise probability is :meth:`NoiseConfig.prob_for` that modality; the frame
+        count T is still that of the video, so the audio features are the same as in an audio-visual batch.
+
+        Raises:
+            DataError, MediaError: as the class says. ValueError: an unknown batch modality, or one that
+            needs a stream the dataset does not load.
+        """
+        index, batch_modality = key if isinstance(key, tuple) else (key, None)
+        if batch_modality is not None and batch_modality not in BATCH_MODALITIES:
+            raise ValueError(
+                f"batch modality must be one of {list(BATCH_MODALITIES)}, got {batch_modality!r}"
+            )
+        keep = BATCH_MODALITIES[batch_modality] if batch_modality is not None else self.modalities
+        if not set(keep) <= set(self.modalities):
+            raise ValueError(f"a {batch_modality!r} batch needs {list(keep)}, but the dataset loads only "
+                             f"{list(self.modalities)}")
         u = self.utts[index]
         wav, video = self._load(index)
         g = self._generator(index)
@@ -234,9 +276,9 @@ class AVDataset(torch.utils.data.Dataset):
                 wav, video = speed_perturb(wav, factor, video)
         num_frames = int(video.shape[0]) if video is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
         audio_feats = video_feats = tokens = None
-        if wav is not None:
+        if wav is not None and "audio" in keep:
             if self.noise is not None:
-                wav = self._add_noise(u.utt_id, wav, g)
+                wav = self._add_noise(u.utt_id, wav, g, self.noise.prob_for(batch_modality))
             warp = 1.0
             if aug is not None and aug.freq_warp is not None:
                 lo, hi = aug.freq_warp
@@ -244,7 +286,7 @@ class AVDataset(torch.utils.data.Dataset):
             audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames, warp=warp)
             if aug is not None:
                 audio_feats = freq_mask(audio_feats, aug.num_freq_mask, aug.freq_mask_width, generator=ga)
-        if video is not None:
+        if video is not None and "video" in keep:
             video_feats = normalize_video(crop_video(video, train=self.train, generator=g))
         if self.tokenizer is not None:
             if not (u.text or "").strip():
@@ -274,12 +316,12 @@ class AVDataset(torch.utils.data.Dataset):
             )
         return lab
 
-    def _add_noise(self, utt_id: str, wav: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    def _add_noise(self, utt_id: str, wav: torch.Tensor, g: torch.Generator, prob: float) -> torch.Tensor:
         cfg = self.noise
         if cfg.fixed:
             snr = cfg.snr_db[stable_seed(utt_id) % len(cfg.snr_db)]
             return cfg.source.mix(wav, snr, key=utt_id)
-        if float(torch.rand((), generator=g)) >= cfg.prob:
+        if float(torch.rand((), generator=g)) >= prob:
             return wav
         snr = cfg.snr_db[int(torch.randint(0, len(cfg.snr_db), (1,), generator=g))]
         return cfg.source.mix(wav, snr, generator=g)
@@ -402,3 +444,56 @@ class BucketBatchSampler(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return len(self._epoch_batches())
+
+
+class ModalityBatchSampler(torch.utils.data.Sampler):
+    """AV-HuBERT's per-batch modality dropout, drawn in the data pipeline: tags each batch with what it keeps.
+
+    Wraps a batch sampler (:class:`BucketBatchSampler`) and yields its batches unchanged, each index paired
+    with the batch's modality, ``[(index, modality), ...]``, for :meth:`AVDataset.__getitem__`. Per batch,
+    with probability ``modality_dropout`` one modality is dropped -- the audio with probability
+    ``audio_dropout`` (modality "video"), else the video (modality "audio"); otherwise the batch is
+    "audiovisual". These are the draws of ``AVHubertModel.forward`` in av_hubert's ``hubert.py`` (one per
+    batch, ``modality_dropout`` / ``audio_dropout``), made from a generator seeded by ``seed`` and the epoch
+    instead of the global RNG: the j-th batch of an epoch gets the same draw on every rank and after a
+    resumption. The model must then not drop again (``AVHubertEncoder.modality_dropout_by_loader``).
+
+    Args:
+        batch_sampler: yields lists of indices; ``set_epoch`` is forwarded to it.
+        modality_dropout, audio_dropout: probabilities in [0, 1].
+        seed: base of the draws' seed.
+
+    Raises:
+        ValueError: a probability outside [0, 1] (named).
+    """
+
+    def __init__(self, batch_sampler, modality_dropout: float, audio_dropout: float, seed: int = 0):
+        for name, p in (("modality_dropout", modality_dropout), ("audio_dropout", audio_dropout)):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {p}")
+        self.batch_sampler = batch_sampler
+        self.modality_dropout, self.audio_dropout = float(modality_dropout), float(audio_dropout)
+        self.seed, self.epoch = seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the draws (and the wrapped sampler's order) of ``epoch``."""
+        self.epoch = epoch
+        if hasattr(self.batch_sampler, "set_epoch"):
+            self.batch_sampler.set_epoch(epoch)
+
+    def modalities(self, num_batches: int) -> list[str]:
+        """The modalities of this epoch's first ``num_batches`` batches (keys of :data:`BATCH_MODALITIES`)."""
+        g = torch.Generator().manual_seed(stable_seed(self.seed, self.epoch, "modality_dropout"))
+        u = torch.rand(num_batches, 2, generator=g, dtype=torch.float64)
+        dropped = u[:, 0] < self.modality_dropout
+        audio_dropped = u[:, 1] < self.audio_dropout
+        return ["audiovisual" if not d else ("video" if a else "audio")
+                for d, a in zip(dropped.tolist(), audio_dropped.tolist())]
+
+    def __iter__(self) -> Iterator[list[tuple[int, str]]]:
+        batches = list(self.batch_sampler)
+        for batch, modality in zip(batches, self.modalities(len(batches))):
+            yield [(i, modality) for i in batch]
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)

@@ -23,7 +23,14 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from avsr.config import ConfigError, check_keys, from_dict, load_yaml
-from avsr.data.dataset import AudioAugment, AVDataset, BucketBatchSampler, NoiseConfig, collate
+from avsr.data.dataset import (
+    AudioAugment,
+    AVDataset,
+    BucketBatchSampler,
+    ModalityBatchSampler,
+    NoiseConfig,
+    collate,
+)
 from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
 
 logger = logging.getLogger("avsr.train")
@@ -51,6 +58,10 @@ class TrainConfig:
         final_lr_scale: cosine decay ends at ``lr * final_lr_scale`` at the last step.
         grad_clip: clip the global gradient norm to this (0 disables).
         noise_prob: probability that a training utterance gets babble noise (needs a noise file).
+        noise_prob_audio_only: the probability for utterances of audio-only batches (those in which
+            modality dropout dropped the video); null: ``noise_prob``. With a lower value the audio path
+            learns mostly from clean speech while the audio-visual batches, noisier, teach the model to
+            turn to the lips when the audio fails.
         noise_snr_db: SNRs in dB drawn uniformly for that noise.
         freq_warp: ``[low, high]`` range of the per-utterance frequency-axis scale of the audio spectrum
             (VTLP; null: none), see :class:`avsr.data.dataset.AudioAugment`.
@@ -80,6 +91,7 @@ class TrainConfig:
     final_lr_scale: float = 0.05
     grad_clip: float = 5.0
     noise_prob: float = 0.0
+    noise_prob_audio_only: float | None = None
     noise_snr_db: list[float] = field(default_factory=lambda: [-5.0, 0.0, 5.0, 10.0])
     freq_warp: list[float] | None = None
     num_freq_mask: int = 0
@@ -210,7 +222,7 @@ class Trainer:
         self.model_config = model_config
         self.train_set, self.valid_set = train_set, valid_set
         lengths = [train_set.num_frames(i) for i in range(len(train_set))]
-        self.sampler = BucketBatchSampler(
+        buckets = BucketBatchSampler(
             lengths,
             cfg.batch_frames,
             cfg.max_batch_size,
@@ -219,6 +231,16 @@ class Trainer:
             num_replicas=self.world,
             rank=self.rank,
         )
+        self.sampler: BucketBatchSampler | ModalityBatchSampler = buckets
+        encoder = getattr(model, "encoder", None)
+        enc_cfg = getattr(encoder, "config", None)
+        if (enc_cfg is not None and hasattr(encoder, "modality_dropout_by_loader")
+                and enc_cfg.modality_dropout > 0 and set(train_set.modalities) == {"audio", "video"}):
+            # modality dropout drawn per batch by the loader: audio-only batches skip the video's crop and
+            # get their own noise probability; the encoder then does not draw again
+            self.sampler = ModalityBatchSampler(buckets, enc_cfg.modality_dropout, enc_cfg.audio_dropout,
+                                                seed=cfg.seed)
+            encoder.modality_dropout_by_loader = True
         vlen = [valid_set.num_frames(i) for i in range(len(valid_set))]
         self.valid_sampler = BucketBatchSampler(vlen, cfg.batch_frames, cfg.max_batch_size, shuffle=False)
         self.loader = torch.utils.data.DataLoader(
@@ -398,15 +420,21 @@ class Trainer:
 
 
 def build_noise(path: str | None, cfg: TrainConfig) -> NoiseConfig | None:
-    """The training-time noise augmentation, or None when no file is given or ``noise_prob`` is 0.
+    """The training-time noise augmentation, or None when no file is given or no utterance would get noise.
 
     Raises:
-        ConfigError: ``noise_prob > 0`` but no noise file was given.
+        ConfigError: ``noise_prob`` or ``noise_prob_audio_only`` outside [0, 1], or noise asked for but no
+            noise file given.
     """
     from avsr.data.noise import NoiseSource
 
-    if cfg.noise_prob <= 0:
+    for key in ("noise_prob", "noise_prob_audio_only"):
+        value = getattr(cfg, key)
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise ConfigError(f"{key} must be in [0, 1], got {value}")
+    if cfg.noise_prob <= 0 and not cfg.noise_prob_audio_only:
         return None
     if not path:
         raise ConfigError("noise_prob > 0 needs a noise file (--train-noise)")
-    return NoiseConfig(NoiseSource(path), prob=cfg.noise_prob, snr_db=list(cfg.noise_snr_db), fixed=False)
+    return NoiseConfig(NoiseSource(path), prob=cfg.noise_prob, snr_db=list(cfg.noise_snr_db), fixed=False,
+                       prob_audio_only=cfg.noise_prob_audio_only)
