@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # SynthGRID: the embedded default corpus (GRID grammar, festival voices, rendered mouth ROIs).
 # Trains one audio-visual hybrid CTC/attention model from scratch and decodes the test speakers in
-# {audio, video, audiovisual} x {clean, babble at 10, 5, 0, -5 dB}. CPU-sized by default (~18 min on 2 cores).
+# {audio, video, audiovisual} x {clean, babble at 10, 5, 0, -5 dB}. CPU-sized by default (~17 min on 2 cores).
 #   ./run.sh                          # everything
 #   ./run.sh --stage 9 --stop_stage 9 # training only (resumes from exp/<tag>/checkpoint.pt)
 #   ./run.sh --ngpu 1                 # train and decode on a GPU
-#   ./run.sh --num-train 3000         # corpus size (also --num-valid, --num-test, --train-speakers,
+#   ./run.sh --num-train 6000         # corpus size (also --num-valid, --num-test, --train-speakers,
 #                                     --babble-seconds, --seed)
 # Any variable of ../../TEMPLATE/avsr1/avsr.sh can be set with --name value.
 set -euo pipefail
@@ -13,7 +13,7 @@ cd "$(dirname "$0")"
 . ./path.sh
 
 corpus_dir=corpus
-corpus_opts=(--num-train 1500 --num-valid 100 --num-test 200 --train-speakers 48 --babble-seconds 60 --seed 0)
+corpus_opts=(--num-train 3000 --num-valid 100 --num-test 200 --train-speakers 600 --babble-seconds 60 --seed 0)
 rest=()
 while [ $# -gt 0 ]; do  # options of this corpus; the rest goes to the template
   case "$1" in

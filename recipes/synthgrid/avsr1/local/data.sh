@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Stage 1 of the SynthGRID recipe: generate the corpus (resumable: finished utterances are kept).
-#   local/data.sh --corpus-dir corpus --nj 2 [--num-train 1500 --num-valid 100 --num-test 200 --train-speakers 48 --seed 0]
+#   local/data.sh --corpus-dir corpus --nj 2 [--num-train 3000 --num-valid 100 --num-test 200 --train-speakers 600 --seed 0]
 set -euo pipefail
 corpus_dir=corpus
 nj=2
 python=python3
-num_train=1500
+num_train=3000
 num_valid=100
 num_test=200
-train_speakers=48
+train_speakers=600
 seed=0
 babble_seconds=60
 while [ $# -gt 0 ]; do
