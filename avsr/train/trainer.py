@@ -198,6 +198,11 @@ class Trainer:
         cfg: loop settings.
         exp_dir: output directory (checkpoints, ``train.log``, ``train_log.jsonl``).
         device: ``cpu``, ``cuda`` or ``cuda:N``; with torchrun the local rank's GPU.
+
+    When the model's encoder has ``modality_dropout > 0`` and the training set loads both modalities, the
+    length-bucketed batches are wrapped in :class:`avsr.data.dataset.ModalityBatchSampler`, which makes
+    AV-HuBERT's per-batch modality draw in the loader (same draw on every rank, reproducible on resumption),
+    and the encoder's own draw is switched off (``modality_dropout_by_loader``).
     """
 
     def __init__(
