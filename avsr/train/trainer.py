@@ -31,6 +31,7 @@ from avsr.data.dataset import (
     NoiseConfig,
     collate,
 )
+from avsr.encoder import AVHubertEncoder
 from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
 
 logger = logging.getLogger("avsr.train")
@@ -238,13 +239,12 @@ class Trainer:
         )
         self.sampler: BucketBatchSampler | ModalityBatchSampler = buckets
         encoder = getattr(model, "encoder", None)
-        enc_cfg = getattr(encoder, "config", None)
-        if (enc_cfg is not None and hasattr(encoder, "modality_dropout_by_loader")
-                and enc_cfg.modality_dropout > 0 and set(train_set.modalities) == {"audio", "video"}):
+        if (isinstance(encoder, AVHubertEncoder) and encoder.config.modality_dropout > 0
+                and set(train_set.modalities) == {"audio", "video"}):
             # modality dropout drawn per batch by the loader: audio-only batches skip the video's crop and
             # get their own noise probability; the encoder then does not draw again
-            self.sampler = ModalityBatchSampler(buckets, enc_cfg.modality_dropout, enc_cfg.audio_dropout,
-                                                seed=cfg.seed)
+            self.sampler = ModalityBatchSampler(buckets, encoder.config.modality_dropout,
+                                                encoder.config.audio_dropout, seed=cfg.seed)
             encoder.modality_dropout_by_loader = True
         vlen = [valid_set.num_frames(i) for i in range(len(valid_set))]
         self.valid_sampler = BucketBatchSampler(vlen, cfg.batch_frames, cfg.max_batch_size, shuffle=False)
@@ -440,6 +440,6 @@ def build_noise(path: str | None, cfg: TrainConfig) -> NoiseConfig | None:
     if cfg.noise_prob <= 0 and not cfg.noise_prob_audio_only:
         return None
     if not path:
-        raise ConfigError("noise_prob > 0 needs a noise file (--train-noise)")
+        raise ConfigError("noise_prob or noise_prob_audio_only > 0 needs a noise file (--train-noise)")
     return NoiseConfig(NoiseSource(path), prob=cfg.noise_prob, snr_db=list(cfg.noise_snr_db), fixed=False,
                        prob_audio_only=cfg.noise_prob_audio_only)
