@@ -1,0 +1,1 @@
+"""Training: the trainer (one loop for CPU, GPU and torchrun/DDP) and atomic, averageable checkpoints."""
