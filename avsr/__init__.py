@@ -21,6 +21,10 @@ _LAZY = {
     "MomentumLabelMemory": "avsr.autograd",
     "DecodeConfig": "avsr.decode.beam_search",
     "avhubert_audio_features": "avsr.features",
+    "Transcriber": "avsr.inference",
+    "Transcript": "avsr.inference",
+    "TranscribeItem": "avsr.inference",
+    "InferenceError": "avsr.inference",
 }
 
 __all__ = sorted(_LAZY)

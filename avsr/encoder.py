@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from avsr.autograd import grad_multiply
+from avsr.compat.fairseq_avhubert import LoadedCheckpoint, load_state_strict, read_checkpoint
 from avsr.config import ConfigError, from_dict, load_yaml
 from avsr.nn.resnet import RESNET_RELU_TYPES, VideoFrontEnd
 from avsr.nn.transformer import ACTIVATIONS, TransformerEncoder
@@ -265,9 +266,19 @@ class AVHubertEncoder(nn.Module):
             avsr.compat.CheckpointError: truncated or not a checkpoint, not an AV-HuBERT one, an unsupported
                 configuration field (named), or weights that do not fit (keys named).
         """
-        from avsr.compat import load_encoder
+        return cls.from_checkpoint(read_checkpoint(path, map_location))
 
-        return load_encoder(path, map_location)
+    @classmethod
+    def from_checkpoint(cls, loaded: LoadedCheckpoint) -> AVHubertEncoder:
+        """The encoder of a checkpoint already read by :func:`avsr.compat.read_checkpoint`, in eval mode.
+
+        Raises:
+            avsr.compat.CheckpointError: the weights do not fit the configuration (keys named).
+            avsr.config.ConfigError: an option value the encoder refuses (named).
+        """
+        encoder = cls(**loaded.encoder_conf)
+        load_state_strict(encoder, loaded.encoder_state, str(loaded.path), "encoder")
+        return encoder.eval()
 
     def output_size(self) -> int:
         """D, the size of the output vectors (``encoder_embed_dim``)."""
@@ -282,9 +293,31 @@ class AVHubertEncoder(nn.Module):
         return grad_multiply(extractor(x), scale)
 
     def _check_inputs(
-        self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None
+        self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,
+        video_features: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
-        """Validate the inputs; return ``(audio, video, ilens)`` with ``ilens`` filled in when None."""
+        """Validate the inputs; return ``(audio, video, ilens)`` with ``ilens`` filled in when None.
+
+        With ``video_features`` (the video front-end's output, ``(B, D, T)``) ``xs_pad["video"]`` is not used
+        and may be None."""
+        if video_features is not None:
+            d = self.config.encoder_embed_dim
+            if video_features.dim() != 3 or video_features.shape[1] != d:
+                raise ValueError(f"video_features must be (B, encoder_embed_dim={d}, T), got shape "
+                                 f"{tuple(video_features.shape)}")
+            audio = xs_pad.get("audio") if isinstance(xs_pad, Mapping) else None
+            if audio is not None:
+                audio, _, ilens = self._check_inputs({"audio": audio, "video": None}, ilens)
+                if (audio.shape[0], audio.shape[2]) != (video_features.shape[0], video_features.shape[2]):
+                    raise ValueError(f"video_features {tuple(video_features.shape)} do not fit the audio "
+                                     f"{tuple(audio.shape)} (B and T must agree)")
+                return audio, None, ilens
+            b, t = video_features.shape[0], video_features.shape[2]
+            if ilens is None:
+                return None, None, torch.full((b,), t, dtype=torch.long, device=video_features.device)
+            if ilens.shape != (b,):
+                raise ValueError(f"ilens must be an integer tensor of shape ({b},), got {tuple(ilens.shape)}")
+            return None, None, ilens.to(video_features.device)
         if not isinstance(xs_pad, Mapping):
             raise ValueError(
                 f"xs_pad must be a dict with keys 'audio' and 'video', got {type(xs_pad).__name__}"
@@ -331,29 +364,62 @@ class AVHubertEncoder(nn.Module):
                 raise ValueError(f"ilens must be in [1, T={t}], got min {lo} max {hi}")
         return audio, video, ilens.to(ref.device)
 
-    def embed(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None) -> AVEmbedding:
+    def embed(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,
+              video_features: torch.Tensor | None = None) -> AVEmbedding:
         """Front-ends, modality dropout, fusion, layer_norm, post_extract_proj, dropout_input.
 
         Args and errors as :meth:`forward`. Returns an :class:`AVEmbedding` (``x`` is ``(B, T, D)``).
         """
-        audio, video, ilens = self._check_inputs(xs_pad, ilens)
-        ref = audio if audio is not None else video
-        b, t = ref.shape[0], ref.shape[2]
-        padding_mask: torch.Tensor | None = torch.arange(t, device=ref.device)[None, :] >= ilens[:, None]
+        if video_features is not None:
+            return self._embed(*self._check_inputs(xs_pad, ilens, video_features), video_features)
+        return self._embed(*self._check_inputs(xs_pad, ilens))
+
+    def _padding_mask(self, ilens: torch.Tensor, t: int) -> torch.Tensor | None:
+        """``(B, T)`` bool, True at padded frames, or None when nothing is padded (outside compilation)."""
+        padding_mask = torch.arange(t, device=ilens.device)[None, :] >= ilens[:, None]
         if not torch.compiler.is_compiling() and not bool(padding_mask.any()):
-            padding_mask = None
+            return None
+        return padding_mask
+
+    def _video_front_end(self, video: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
+        """``(B, 1, T, H, W) -> (B, D, T)``: padded frames zeroed, then the video front-end (GradMultiply)."""
+        if padding_mask is not None:
+            video = video.masked_fill(padding_mask[:, None, :, None, None], 0.0)
+        return self._front_end(self.feature_extractor_video, video)
+
+    def encode_video(self, video: torch.Tensor, ilens: torch.Tensor | None = None) -> torch.Tensor:
+        """The video front-end's output alone, as :meth:`forward` computes it: ``(B, D, T)`` float.
+
+        For callers that feed the same video with several audio inputs (decoding one test set under several
+        noise conditions, :meth:`avsr.inference.Transcriber.transcribe_batch`): compute it once and pass it to
+        :meth:`forward` as ``video_features``. Padded frames are zeroed first, so each utterance's valid
+        frames do not depend on the padding; in eval mode they do not depend on the other utterances of the
+        batch.
+
+        Args:
+            video: ``(B, 1, T, H, W)`` float normalised frames.  ilens: ``(B,)`` valid frames (None: all T).
+
+        Raises:
+            ValueError: as :meth:`forward` for the video input.
+        """
+        _, video, ilens = self._check_inputs({"audio": None, "video": video}, ilens)
+        return self._video_front_end(video, self._padding_mask(ilens, video.shape[2]))
+
+    def _embed(self, audio: torch.Tensor | None, video: torch.Tensor | None, ilens: torch.Tensor,
+               video_features: torch.Tensor | None = None) -> AVEmbedding:
+        ref = next(x for x in (audio, video, video_features) if x is not None)  # B at dim 0, T at dim 2
+        b, t = ref.shape[0], ref.shape[2]
+        padding_mask = self._padding_mask(ilens, t)
 
         d = self.config.encoder_embed_dim
         if (audio is not None and video is not None and self.training and self.config.modality_dropout > 0
                 and not self.modality_dropout_by_loader):
             audio, video = self._modality_dropout(audio, video)
-        feats_audio = feats_video = None
+        feats_audio, feats_video = None, video_features
         if audio is not None:
             feats_audio = self._front_end(self.feature_extractor_audio, audio)  # (B, D, T)
-        if video is not None:
-            if padding_mask is not None:
-                video = video.masked_fill(padding_mask[:, None, :, None, None], 0.0)
-            feats_video = self._front_end(self.feature_extractor_video, video)  # (B, D, T)
+        if video is not None and video_features is None:
+            feats_video = self._video_front_end(video, padding_mask)  # (B, D, T)
         if feats_audio is None:
             feats_audio = feats_video.new_zeros(b, d, t)
         elif feats_video is None:
@@ -385,13 +451,16 @@ class AVHubertEncoder(nn.Module):
         return audio, video
 
     def forward(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,
-                prev_states: Any = None) -> tuple[torch.Tensor, torch.Tensor, None]:
+                prev_states: Any = None, video_features: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor, None]:
         """Encode a padded batch (ESPnet ``AbsEncoder.forward``).
 
         Args:
             xs_pad: ``{"audio": (B, audio_feat_dim, T) float | None, "video": (B, 1, T, H, W) float | None}``.
             ilens: ``(B,)`` integer, valid frames (25 Hz) per utterance, each in ``[1, T]``; None means all T.
             prev_states: ignored (no streaming state), accepted for the ESPnet interface.
+            video_features: ``(B, D, T)`` output of :meth:`encode_video` for this batch, used instead of
+                running the video front-end again (``xs_pad["video"]`` may then be None); for inference.
 
         Returns:
             ``(hidden (B, T, D) float, olens (B,) int, None)``; ``olens == ilens`` (no subsampling). Values of
@@ -400,9 +469,9 @@ class AVHubertEncoder(nn.Module):
         Raises:
             ValueError: both modalities None; a tensor of the wrong rank, feature dim (``audio_feat_dim``) or
                 dtype; audio and video differing in B or T; ``ilens`` of the wrong shape or out of range;
-                unknown keys in ``xs_pad``.
+                unknown keys in ``xs_pad``; ``video_features`` of the wrong shape.
         """
-        emb = self.embed(xs_pad, ilens)
+        emb = self.embed(xs_pad, ilens, video_features)
         return self.encoder(emb.x, emb.padding_mask), emb.olens, None
 
     def extract_layer_outputs(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,

@@ -400,9 +400,7 @@ def test_tiny_model_overfits_two_utterances_and_decodes_them():
     assert model.decode(audio, None, lens, beam_size=1, ctc_weight=0.0) == targets
 
 
-def test_video_front_end_memo_reuses_outputs_and_decodes_as_without_it():
-    from avsr.bin.decode import VideoFrontEndMemo
-
+def test_precomputed_video_features_decode_as_the_video_itself():
     torch.manual_seed(0)
     model = AVSRModel(9, TINY_ENCODER, TINY_DECODER, ctc_weight=0.3).eval()
     video = torch.randn(2, 1, 5, 88, 88)
@@ -410,16 +408,20 @@ def test_video_front_end_memo_reuses_outputs_and_decodes_as_without_it():
     cfg = DecodeConfig(beam_size=2, ctc_weight=0.3)
     audios = [torch.randn(2, 104, 5) for _ in range(2)]  # two noise conditions, the same video
     expected = [model.decode(a, video, lens, cfg) for a in audios]
-    plain = model.encoder.feature_extractor_video
-    calls = []
-    plain.register_forward_hook(lambda *_: calls.append(1))
-    memo = VideoFrontEndMemo(plain)
-    model.encoder.feature_extractor_video = memo
-    got = []
-    for a in audios:
-        memo.key = ("u1", "u2")
-        got.append(model.decode(a, video, lens, cfg))
-    assert got == expected and len(calls) == 1  # the second condition used the remembered output
-    memo.key = ("u1", "u2")
-    with pytest.raises(RuntimeError, match="another shape"):
-        memo(video[:1])
+    feats = model.encoder.encode_video(video, lens)  # (B, D, T)
+    assert feats.shape == (2, model.encoder.output_size(), 5)
+    repadded = feats.clone()
+    repadded[1, :, 4:] = 0.0  # what the frames past an utterance's end hold does not matter
+    for a, want in zip(audios, expected):
+        hyps, ctc_logp, enc_lens = model.decode_with_ctc(a, None, lens, cfg, video_features=repadded)
+        assert [h[0].tokens for h in hyps] == want
+        assert ctc_logp.shape == (2, 5, 9) and enc_lens.tolist() == [5, 4]
+    enc, _ = model.encode(audios[0], video, lens)
+    enc_f, _ = model.encode(audios[0], None, lens, video_features=feats)
+    assert torch.equal(enc, enc_f)
+    enc_v, _ = model.encode(None, video, lens)  # video alone, from the features
+    assert torch.equal(enc_v, model.encode(None, None, lens, video_features=feats)[0])
+    with pytest.raises(ValueError, match="video_features must be"):
+        model.encode(audios[0], None, lens, video_features=feats[:, :3])
+    with pytest.raises(ValueError, match="do not fit the audio"):
+        model.encode(audios[0][:, :, :4], None, lens.clamp(max=4), video_features=feats)

@@ -449,9 +449,10 @@ def test_omegaconf_configuration_is_read_without_omegaconf(tmp_path):
     data."""
     from pathlib import Path
 
-    from avsr.compat.fairseq_avhubert import _read_fairseq, build_asr_model
+    from avsr.compat.fairseq_avhubert import _read_fairseq
     from avsr.compat.fairseq_config import checkpoint_config
     from avsr.compat.safe_load import safe_torch_load
+    from avsr.models.asr import AVSRModel
 
     path = Path(__file__).with_name("data") / "omegaconf_cfg.pt"
     ckpt = safe_torch_load(path)
@@ -465,7 +466,7 @@ def test_omegaconf_configuration_is_read_without_omegaconf(tmp_path):
     sd = ref.avhubert_state(pcfg, prefix="encoder.w2v_model.")
     del sd["encoder.w2v_model.final_proj.weight"], sd["encoder.w2v_model.final_proj.bias"]
     sd.update(ref.decoder_state(mcfg, V))
-    model = build_asr_model(_read_fairseq({**ckpt, "model": sd}, path))
+    model = AVSRModel.from_checkpoint(_read_fairseq({**ckpt, "model": sd}, path))
     audio, video, pad = inputs(6)
     tokens = torch.cat([torch.full((B, 1), ref.EOS), torch.randint(4, V, (B, 4))], dim=1)
     with torch.no_grad():

@@ -3,8 +3,8 @@
 SynthGRID utterances are written as full-frame face videos (the astronaut speaking the rendered mouth,
 :func:`avsr.data.face_video.write_face_utterance`). A tiny random-initialised hybrid CTC/attention model
 decodes them twice: through the CLI (raw video in) and through the recipe's path (ROI stage output -> data
-dir -> :func:`avsr.bin.decode.decode_dataset`); the words must be equal. The property is the equality of the
-two paths, not accuracy, so no training is needed.
+dir -> :meth:`avsr.inference.Transcriber.transcribe_batch`, as the decoding stage); the words must be equal.
+The property is the equality of the two paths, not accuracy, so no training is needed.
 """
 
 from __future__ import annotations
@@ -171,25 +171,13 @@ def setup(tmp_path_factory):
 
 
 def _recipe_hyps(setup, modality: str) -> dict[str, str]:
-    """The recipe's decoding of the ROI-stage output (data dir utterances -> AVDataset -> decode_dataset)."""
-    from avsr.bin.decode import MODALITY_INPUTS, decode_dataset
+    """The recipe's decoding of the ROI-stage output (data dir utterances -> Transcriber.transcribe_batch)."""
     from avsr.bin.prepare_data import scan_split
-    from avsr.data.dataset import AVDataset
-    from avsr.decode.beam_search import DecodeConfig
+    from avsr.inference import Transcriber
 
-    utts = scan_split(setup["corpus"])
-    dataset = AVDataset(utts, None, modalities=list(MODALITY_INPUTS[modality]), cache=False)
-    hyps = decode_dataset(
-        setup["model"],
-        dataset,
-        modality,
-        setup["tokenizer"],
-        DecodeConfig(**DECODE),
-        3000,
-        torch.device("cpu"),
-        desc="recipe",
-    )
-    return hyps  # SynthGRID utterance ids are the file stems (they start with the speaker id)
+    transcriber = Transcriber(setup["model"], setup["tokenizer"], DECODE)
+    results = transcriber.transcribe_batch(scan_split(setup["corpus"]), modality=modality, word_timings=False)
+    return {r.key: r.text for r in results}  # SynthGRID utterance ids are the file stems
 
 
 @needs_media
@@ -261,7 +249,7 @@ def test_a_video_without_a_face_is_an_error_naming_the_file(setup, tmp_path, cap
     write_av_video(blank, frames, wav)
     assert transcribe(setup, str(blank), modality="video") == 1
     err = capsys.readouterr().err
-    assert str(blank) in err and "no face" in err and "--modality audio" in err
+    assert str(blank) in err and "no face" in err and "frames" in err and "--modality audio" in err
     # audio alone does not need the face; a good file next to the bad one is still transcribed
     assert transcribe(setup, str(blank), modality="audio") == 0
     assert capsys.readouterr().out.startswith(f"{blank}\t")

@@ -36,7 +36,7 @@ def convert(src: str | Path, dst: str | Path, config_out: str | Path | None = No
         dst: the avsr checkpoint to write (atomically).
         config_out: the YAML configuration to write.
         dictionary, bpemodel: token symbols of a fine-tuned model (see
-            :func:`avsr.compat.build_asr_model`).
+            :meth:`avsr.models.asr.AVSRModel.from_checkpoint`).
         bpemodel_out: where to write the sentencepiece model pickled in ``src`` (error if it has none).
 
     Returns:
@@ -46,16 +46,18 @@ def convert(src: str | Path, dst: str | Path, config_out: str | Path | None = No
         FileNotFoundError, avsr.compat.CheckpointError: as :func:`avsr.compat.read_checkpoint`; a
             ``bpemodel_out`` request for a file without a pickled sentencepiece model.
     """
-    from avsr.compat import CheckpointError, build_asr_model, build_encoder, read_checkpoint
+    from avsr.compat import CheckpointError, read_checkpoint
     from avsr.config import to_dict
+    from avsr.encoder import AVHubertEncoder
+    from avsr.models.asr import AVSRModel
     from avsr.train.checkpoint import save_atomic
 
     loaded = read_checkpoint(src)
     if loaded.model_config is None:
-        module = build_encoder(loaded)
+        module = AVHubertEncoder.from_checkpoint(loaded)
         model_config: dict[str, Any] = {"encoder_conf": to_dict(module.config)}
     else:
-        module = build_asr_model(loaded, dictionary=dictionary, bpemodel=bpemodel)
+        module = AVSRModel.from_checkpoint(loaded, dictionary=dictionary, bpemodel=bpemodel)
         model_config = module.model_config
     dst = Path(dst)
     origin = {"path": str(src), "kind": loaded.kind, "ignored_keys": loaded.ignored}

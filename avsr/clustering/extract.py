@@ -79,11 +79,12 @@ def load_encoder(path: str | os.PathLike, map_location: str | torch.device = "cp
             named).
         avsr.compat.CheckpointError: any other unreadable or unfitting checkpoint.
     """
-    from avsr.compat import CheckpointError, build_encoder, read_checkpoint
+    from avsr.compat import CheckpointError, read_checkpoint
+    from avsr.encoder import AVHubertEncoder
 
     loaded = read_checkpoint(path, map_location)
     try:
-        encoder = build_encoder(loaded)
+        encoder = AVHubertEncoder.from_checkpoint(loaded)
     except CheckpointError as e:
         if loaded.kind != "avsr":
             raise

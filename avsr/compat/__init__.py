@@ -4,9 +4,10 @@
   these files pickle (argparse ``Namespace``, ``Dictionary``, ``SentencepieceBPE``).
 * :mod:`avsr.compat.fairseq_config` -- the checkpoint's configuration as avsr options; unsupported fields
   are errors that name the field.
-* :mod:`avsr.compat.fairseq_avhubert` -- reading, key mapping (:data:`KEY_RULES`), building
-  ``AVHubertEncoder`` / ``AVSRModel`` (behind ``AVHubertEncoder.from_pretrained`` and
-  ``AVSRModel.from_pretrained``).
+* :mod:`avsr.compat.fairseq_avhubert` -- reading and key mapping (:data:`KEY_RULES`) into a
+  :class:`LoadedCheckpoint`, from which ``AVHubertEncoder.from_checkpoint`` / ``AVSRModel.from_checkpoint``
+  build the modules (behind their ``from_pretrained``). This package imports no model module, so the
+  dependency runs one way: models -> compat.
 * :mod:`avsr.compat.dictionary` -- fairseq's target dictionary and the sentencepiece mapping.
 
 The command-line converter is ``avsr-convert`` (:mod:`avsr.bin.convert`).
@@ -16,12 +17,9 @@ from avsr.compat.dictionary import FairseqDictionary, FairseqTokenizer
 from avsr.compat.fairseq_avhubert import (
     KEY_RULES,
     LoadedCheckpoint,
-    build_asr_model,
-    build_encoder,
-    load_avsr_model,
-    load_encoder,
     load_state_strict,
     read_checkpoint,
+    resolve_token_list,
     tokenizer_for,
 )
 from avsr.compat.fairseq_config import NotAVHubertCheckpointError, UnsupportedConfigError
@@ -35,12 +33,9 @@ __all__ = [
     "LoadedCheckpoint",
     "NotAVHubertCheckpointError",
     "UnsupportedConfigError",
-    "build_asr_model",
-    "build_encoder",
-    "load_avsr_model",
-    "load_encoder",
     "load_state_strict",
     "read_checkpoint",
+    "resolve_token_list",
     "safe_torch_load",
     "tokenizer_for",
 ]

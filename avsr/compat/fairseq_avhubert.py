@@ -1,4 +1,7 @@
-"""Official AV-HuBERT checkpoints (fairseq) and avsr's own: read, map state-dict keys, build avsr models.
+"""Official AV-HuBERT checkpoints (fairseq) and avsr's own: read and map state-dict keys onto avsr's names.
+
+The modules are built by their own classes (``AVHubertEncoder.from_checkpoint``,
+``AVSRModel.from_checkpoint``), which import this module; it imports none of them.
 
 Layouts of the original (facebookresearch/av_hubert ``avhubert/hubert.py``, ``hubert_asr.py``,
 ``decoder.py``; fairseq ``wav2vec2.py``, ``multihead_attention.py``, ``transformer_layer.py``,
@@ -52,10 +55,8 @@ __all__ = [
     "read_checkpoint",
     "map_encoder_state",
     "map_decoder_state",
-    "build_encoder",
-    "build_asr_model",
-    "load_encoder",
-    "load_avsr_model",
+    "load_state_strict",
+    "resolve_token_list",
     "tokenizer_for",
 ]
 
@@ -100,7 +101,7 @@ class LoadedCheckpoint:
         encoder_conf: ``AVHubertEncoder`` options (complete).
         encoder_state: the encoder's state dict in avsr names.
         model_config: for avsr ASR checkpoints, and fairseq fine-tuned ones, the ``AVSRModel.from_config``
-            mapping (``token_list`` filled in later by :func:`build_asr_model`); None for encoders.
+            mapping (``token_list`` filled in later by ``AVSRModel.from_checkpoint``); None for encoders.
         model_state: the ``AVSRModel`` state dict (ASR checkpoints), else None.
         dictionary: the fairseq target dictionary pickled in ``task_state`` (seq2seq/ctc), or None.
         sentencepiece: the sentencepiece model pickled in ``task_state.s2s_tokenizer`` (bytes), or None.
@@ -345,23 +346,16 @@ def load_state_strict(module: torch.nn.Module, state: Mapping[str, Tensor], wher
     module.load_state_dict(state, strict=True)
 
 
-def build_encoder(loaded: LoadedCheckpoint):
-    """An ``AVHubertEncoder`` with the checkpoint's architecture and weights, in eval mode.
+def resolve_token_list(loaded: LoadedCheckpoint, vocab: int, dictionary: Any = None, bpemodel: Any = None
+                       ) -> list[str]:
+    """The symbols of a fine-tuned fairseq model's ``vocab`` output ids: from an explicit ``dictionary``
+    (fairseq ``dict.txt`` path or :class:`FairseqDictionary`), else the one pickled in ``task_state``, else
+    one built from the given or pickled sentencepiece model (AV-HuBERT's ``gen_subword.py`` rule), else
+    placeholders (with a warning).
 
     Raises:
-        avsr.compat.CheckpointError: the weights do not fit the configuration (keys named).
-        avsr.config.ConfigError: an option value the encoder refuses (named).
+        avsr.compat.CheckpointError: the dictionary's size differs from ``vocab``.
     """
-    from avsr.encoder import AVHubertEncoder
-
-    encoder = AVHubertEncoder(**loaded.encoder_conf)
-    load_state_strict(encoder, loaded.encoder_state, str(loaded.path), "encoder")
-    return encoder.eval()
-
-
-def _resolve_dictionary(loaded: LoadedCheckpoint, vocab: int, dictionary: Any, bpemodel: Any) -> list[str]:
-    """The symbols of the model's ids: an explicit dictionary, the pickled one, one built from the given or
-    pickled sentencepiece model (AV-HuBERT's ``gen_subword.py`` rule), or placeholders."""
     where = str(loaded.path)
     if dictionary is not None:
         d = dictionary if isinstance(dictionary, FairseqDictionary) else FairseqDictionary.load(dictionary)
@@ -377,54 +371,6 @@ def _resolve_dictionary(loaded: LoadedCheckpoint, vocab: int, dictionary: Any, b
     if len(d) != vocab:
         raise CheckpointError(f"{where}: {source} has {len(d)} symbols but the model has {vocab} outputs")
     return d.symbols
-
-
-def build_asr_model(loaded: LoadedCheckpoint, dictionary: Any = None, bpemodel: Any = None):
-    """An ``AVSRModel`` with the checkpoint's architecture, weights and token list, in eval mode.
-
-    Args:
-        loaded: from :func:`read_checkpoint` (a fine-tuned fairseq checkpoint or an avsr ASR one).
-        dictionary: fairseq ``dict.txt`` path or :class:`FairseqDictionary` giving the token symbols
-            (fairseq checkpoints; default: the one pickled in the file, else built from the sentencepiece
-            model).
-        bpemodel: sentencepiece model path used to build the dictionary when the file pickles none.
-
-    Raises:
-        avsr.compat.CheckpointError: a pretraining checkpoint (no ASR head), dictionary size mismatch, weights
-            that do not fit.
-    """
-    from avsr.models.asr import AVSRModel
-
-    if loaded.model_config is None:
-        raise CheckpointError(f"{loaded.path}: a {loaded.kind} encoder checkpoint has no ASR head; load it "
-                              "with AVHubertEncoder.from_pretrained")
-    config = dict(loaded.model_config)
-    if loaded.kind != "avsr":
-        config["token_list"] = _resolve_dictionary(loaded, config["vocab_size"], dictionary, bpemodel)
-        config["encoder_conf"] = _full_encoder_conf(loaded.encoder_conf)
-    model = AVSRModel.from_config(config, str(loaded.path))
-    load_state_strict(model, loaded.model_state, str(loaded.path), "model")
-    model.model_config = config
-    return model.eval()
-
-
-def _full_encoder_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
-    """Every ``AVHubertEncoderConfig`` field, for a self-contained saved configuration."""
-    from avsr.config import to_dict
-    from avsr.encoder import AVHubertEncoderConfig
-
-    return to_dict(AVHubertEncoderConfig(**conf))
-
-
-def load_encoder(path: str | os.PathLike, map_location: str | torch.device = "cpu"):
-    """:func:`read_checkpoint` + :func:`build_encoder` (``AVHubertEncoder.from_pretrained``)."""
-    return build_encoder(read_checkpoint(path, map_location))
-
-
-def load_avsr_model(path: str | os.PathLike, map_location: str | torch.device = "cpu", dictionary: Any = None,
-                    bpemodel: Any = None):
-    """:func:`read_checkpoint` + :func:`build_asr_model` (``AVSRModel.from_pretrained``)."""
-    return build_asr_model(read_checkpoint(path, map_location), dictionary, bpemodel)
 
 
 def tokenizer_for(model: Any, loaded: LoadedCheckpoint, bpemodel: str | os.PathLike | None):

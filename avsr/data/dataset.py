@@ -379,6 +379,38 @@ def collate(items: list[dict]) -> dict:
     return batch
 
 
+def length_buckets(
+    lengths: Sequence[int], max_frames: int, max_batch_size: int = 10_000, oversize: str = "error"
+) -> list[list[int]]:
+    """Indices cut into batches of similar length: sorted by length (stable), then consecutive runs whose
+    ``batch_size * longest`` stays within ``max_frames`` and ``batch_size <= max_batch_size``.
+
+    Args:
+        lengths: frames per item.  max_frames: padded frames per batch.  max_batch_size: items per batch.
+        oversize: what an item longer than ``max_frames`` does: ``"error"``, or ``"alone"`` (a batch of its
+            own, for decoding).
+
+    Returns:
+        The batches, shortest first, as lists of indices into ``lengths``.
+
+    Raises:
+        ValueError: an item longer than ``max_frames`` with ``oversize="error"`` (names its index).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        if lengths[i] > max_frames and oversize == "error":
+            raise ValueError(f"utterance {i} has {lengths[i]} frames, more than max_frames={max_frames}")
+        if cur and ((len(cur) + 1) * lengths[i] > max_frames or len(cur) >= max_batch_size):
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
 class BucketBatchSampler(torch.utils.data.Sampler):
     """Batches of utterances of similar length, at most ``max_frames`` padded frames per batch.
 
@@ -411,19 +443,7 @@ class BucketBatchSampler(torch.utils.data.Sampler):
     ):
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
         self.num_replicas, self.rank = num_replicas, rank
-        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-        batches: list[list[int]] = []
-        cur: list[int] = []
-        for i in order:
-            if lengths[i] > max_frames:
-                raise ValueError(f"utterance {i} has {lengths[i]} frames, more than max_frames={max_frames}")
-            if cur and ((len(cur) + 1) * lengths[i] > max_frames or len(cur) >= max_batch_size):
-                batches.append(cur)
-                cur = []
-            cur.append(i)
-        if cur:
-            batches.append(cur)
-        self.batches = batches
+        self.batches = length_buckets(lengths, max_frames, max_batch_size)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch

@@ -9,6 +9,7 @@ leaves a half-written file under the final name. Every error is a :class:`MediaE
 
 from __future__ import annotations
 
+import io
 import os
 from fractions import Fraction
 from pathlib import Path
@@ -24,6 +25,7 @@ __all__ = [
     "MediaError",
     "read_wav",
     "write_wav",
+    "pcm16_round_trip",
     "read_video",
     "write_video",
     "video_fps",
@@ -97,6 +99,31 @@ def write_wav(path: str | os.PathLike, wav: torch.Tensor | np.ndarray, sample_ra
     except Exception as exc:
         tmp.unlink(missing_ok=True)
         raise MediaError(f"cannot write wav file {path}: {exc}") from exc
+
+
+def pcm16_round_trip(wav: torch.Tensor, sample_rate: int = 16000) -> torch.Tensor:
+    """The waveform as :func:`write_wav` stores it and :func:`read_wav` reads it back (16-bit PCM through
+    libsndfile, values clipped to [-1, 1]), computed in memory: what a recording gives after the ROI stage
+    wrote its wav.
+
+    Args:
+        wav: ``(N,)`` float waveform.  sample_rate: written in the (in-memory) header, in Hz.
+
+    Returns:
+        ``torch.float32`` ``(N,)``.
+
+    Raises:
+        MediaError: not a finite 1-d waveform.
+    """
+    data = wav.detach().cpu().numpy() if isinstance(wav, torch.Tensor) else np.asarray(wav)
+    if data.ndim != 1 or not np.all(np.isfinite(data)):
+        raise MediaError(f"pcm16_round_trip: expected a finite 1-d waveform, got shape {data.shape}")
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.clip(data, -1.0, 1.0).astype(np.float32), sample_rate, subtype="PCM_16",
+                    format="WAV")
+    buffer.seek(0)
+    out, _ = soundfile.read(buffer, dtype="float32")
+    return torch.from_numpy(np.ascontiguousarray(out))
 
 
 # limited ("TV", MPEG) range luma <-> full range gray, as FFmpeg's swscale converts yuv420p <-> gray

@@ -64,6 +64,27 @@ class NoiseSource:
     def __init__(self, path: str | os.PathLike, sample_rate: int = 16000):
         self.path = str(path)
         self.wav = read_wav(path, sample_rate=sample_rate)
+        self._check()
+
+    @classmethod
+    def from_waveform(cls, wav: torch.Tensor, name: str = "<waveform>") -> NoiseSource:
+        """A source over a waveform in memory: ``(N,)`` float at 16 kHz; ``name`` stands for the file name
+        (it seeds the segment choice of :meth:`mix` with a ``key``, as the file name does).
+
+        Raises:
+            ValueError: not a finite 1-d float waveform, empty or silent.
+        """
+        if not isinstance(wav, torch.Tensor) or wav.dim() != 1 or not wav.is_floating_point():
+            got = f"{getattr(wav, 'dtype', type(wav).__name__)} {tuple(getattr(wav, 'shape', ()))}"
+            raise ValueError(f"noise {name}: expected a (N,) float waveform, got {got}")
+        if not bool(torch.isfinite(wav).all()):
+            raise ValueError(f"noise {name}: the waveform has NaN or infinite values")
+        source = cls.__new__(cls)
+        source.path, source.wav = name, wav.to(torch.float32)
+        source._check()
+        return source
+
+    def _check(self) -> None:
         if self.wav.numel() == 0 or float(self.wav.abs().max()) == 0.0:
             raise ValueError(f"noise file {self.path} is empty or silent")
 

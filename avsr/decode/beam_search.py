@@ -33,6 +33,8 @@ from torch import Tensor
 
 from avsr.config import from_dict, load_yaml
 from avsr.decode.ctc_prefix_score import CTCPrefixScorer
+from avsr.decode.fairseq_search import fairseq_beam_search
+from avsr.decode.hypothesis import Hypothesis
 from avsr.nn.decoder import TransformerDecoder
 
 __all__ = ["DecodeConfig", "Hypothesis", "batch_beam_search", "ctc_greedy_decode", "load_decode_config"]
@@ -121,23 +123,6 @@ class DecodeConfig:
         return from_dict(cls, {**load_yaml(path), **overrides}, str(path))
 
 
-@dataclass
-class Hypothesis:
-    """One decoded hypothesis.
-
-    Attributes:
-        tokens: token ids without sos/eos (never blank).
-        score: total score (log domain, weighted as in :class:`DecodeConfig`, length bonus included).
-        att_score: ``log p_att(tokens + eos)`` (0 when the decoder is not used).
-        ctc_score: ``log p_ctc(tokens)`` (0 when CTC is not used).
-    """
-
-    tokens: list[int]
-    score: float
-    att_score: float
-    ctc_score: float
-
-
 def _max_min_lengths(lens: Tensor, cfg: DecodeConfig) -> tuple[Tensor, Tensor]:
     """Per-utterance maximum and minimum output lengths ``(B,)`` int64 (ESPnet's rules)."""
     if cfg.maxlenratio == 0:
@@ -202,7 +187,6 @@ def batch_beam_search(
     """
     w = config.ctc_weight
     if config.search == "fairseq":
-        from avsr.decode.fairseq_search import fairseq_beam_search
 
         if decoder is None:
             raise ValueError("search 'fairseq' needs an attention decoder, but the model has none")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from avsr.decode.hypothesis import Hypothesis
 from avsr.nn.decoder import TransformerDecoder
 
 __all__ = ["fairseq_beam_search", "fairseq_max_len"]
@@ -66,14 +67,13 @@ def fairseq_beam_search(
             ``(B, F, T)`` -- and the padded number of frames ``T`` otherwise. Default: ``T``.
 
     Returns:
-        For each utterance up to ``config.nbest`` :class:`avsr.decode.beam_search.Hypothesis`, best first:
+        For each utterance up to ``config.nbest`` :class:`avsr.decode.hypothesis.Hypothesis`, best first:
         ``tokens`` without ``</s>``, ``score`` the normalised score, ``att_score`` the summed log-probability
         (``unkpen`` included), ``ctc_score`` 0.
 
     Raises:
         ValueError: ``min_len > max_len`` (as fairseq's assertion) or shapes disagree.
     """
-    from avsr.decode.beam_search import Hypothesis
 
     bsz, t_max = memory.shape[:2]
     if memory_lens.shape != (bsz,):

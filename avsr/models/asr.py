@@ -35,8 +35,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from avsr.compat.fairseq_avhubert import (
+    LoadedCheckpoint,
+    load_state_strict,
+    read_checkpoint,
+    resolve_token_list,
+)
+from avsr.compat.safe_load import CheckpointError
 from avsr.config import ConfigError, check_keys, from_dict, load_yaml, to_dict
-from avsr.decode.beam_search import DecodeConfig, Hypothesis, batch_beam_search
+from avsr.decode.beam_search import DecodeConfig, batch_beam_search
+from avsr.decode.hypothesis import Hypothesis
+from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
 from avsr.nn.decoder import TransformerDecoder, TransformerDecoderConfig
 
 __all__ = ["AVSRModel", "AVSRModelConfig", "label_smoothing_loss"]
@@ -161,8 +170,6 @@ class AVSRModel(nn.Module):
             raise ConfigError(f"token_list has {len(token_list)} entries but vocab_size is {vocab_size}")
         self.token_list = list(token_list) if token_list is not None else None
         if encoder is None:
-            from avsr.encoder import AVHubertEncoder
-
             try:
                 encoder = AVHubertEncoder(**dict(encoder_conf or {}))
             except TypeError as e:
@@ -184,17 +191,50 @@ class AVSRModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, map_location: str | torch.device = "cpu",
-                        **kwargs: Any) -> AVSRModel:
+                        dictionary: Any = None, bpemodel: Any = None) -> AVSRModel:
         """Load a checkpoint: avsr's own (``model`` + ``model_config``, as the trainer and ``avsr-convert``
         write) or an official fairseq AV-HuBERT fine-tuned one (``av_hubert_seq2seq``: encoder, decoder and
-        dictionary; ``av_hubert_ctc``: encoder and CTC projection). The model is returned in eval mode.
+        dictionary; ``av_hubert_ctc``: encoder and CTC projection), read safely by
+        :func:`avsr.compat.read_checkpoint`. The model is returned in eval mode. ``dictionary`` and
+        ``bpemodel`` give a fairseq model's token symbols (see :meth:`from_checkpoint`).
 
-        ``kwargs`` (``dictionary``, ``bpemodel``) are passed to :func:`avsr.compat.load_avsr_model`, which
-        documents them and the errors raised (``FileNotFoundError``, :class:`avsr.compat.CheckpointError`).
+        Raises:
+            FileNotFoundError: no such file.
+            avsr.compat.CheckpointError: unreadable, not an AV-HuBERT/avsr checkpoint, a pretraining
+                checkpoint (no ASR head), a dictionary of the wrong size, or weights that do not fit (keys
+                named).
         """
-        from avsr.compat import load_avsr_model
+        return cls.from_checkpoint(read_checkpoint(path, map_location), dictionary, bpemodel)
 
-        return load_avsr_model(path, map_location=map_location, **kwargs)
+    @classmethod
+    def from_checkpoint(cls, loaded: LoadedCheckpoint, dictionary: Any = None, bpemodel: Any = None
+                        ) -> AVSRModel:
+        """The model of a checkpoint already read by :func:`avsr.compat.read_checkpoint`, in eval mode.
+
+        Args:
+            loaded: a fine-tuned fairseq checkpoint or an avsr ASR one.
+            dictionary: fairseq ``dict.txt`` path or :class:`avsr.compat.FairseqDictionary` giving the token
+                symbols of a fairseq model (default: the one pickled in the file, else built from the
+                sentencepiece model; :func:`avsr.compat.resolve_token_list`).
+            bpemodel: sentencepiece model used to build that dictionary when the file pickles none.
+
+        The returned model has ``model_config``: the complete configuration (as ``avsr-convert`` saves it).
+
+        Raises:
+            avsr.compat.CheckpointError: a pretraining checkpoint (no ASR head), dictionary size mismatch,
+                weights that do not fit.
+        """
+        if loaded.model_config is None:
+            raise CheckpointError(f"{loaded.path}: a {loaded.kind} encoder checkpoint has no ASR head; load "
+                                  "it with AVHubertEncoder.from_pretrained")
+        config = dict(loaded.model_config)
+        if loaded.kind != "avsr":
+            config["token_list"] = resolve_token_list(loaded, config["vocab_size"], dictionary, bpemodel)
+            config["encoder_conf"] = to_dict(AVHubertEncoderConfig(**loaded.encoder_conf))
+        model = cls.from_config(config, str(loaded.path))
+        load_state_strict(model, loaded.model_state, str(loaded.path), "model")
+        model.model_config = config
+        return model.eval()
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], where: str = "model config") -> AVSRModel:
@@ -231,12 +271,71 @@ class AVSRModel(nn.Module):
         """:meth:`from_config` on a YAML file; errors name the file."""
         return cls.from_config(load_yaml(path), str(path))
 
-    def encode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    def encode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor,
+               video_features: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """Encoder output ``(B, T, D)`` and its lengths ``(B,)`` for audio ``(B, 104, T)`` and/or video
         ``(B, 1, T, H, W)`` features at 25 frames/s with ``lengths (B,)`` valid frames (see
-        :meth:`avsr.encoder.AVHubertEncoder.forward`, whose errors it raises)."""
-        enc, enc_lens, _ = self.encoder({"audio": audio, "video": video}, lengths)
+        :meth:`avsr.encoder.AVHubertEncoder.forward`, whose errors it raises). ``video_features``: the video
+        front-end's output ``(B, D, T)`` computed earlier (``encoder.encode_video``), used instead of
+        ``video``.
+        """
+        if video_features is not None:
+            enc, enc_lens, _ = self.encoder({"audio": audio, "video": None}, lengths,
+                                            video_features=video_features)
+        else:
+            enc, enc_lens, _ = self.encoder({"audio": audio, "video": video}, lengths)
         return enc, enc_lens.to(enc.device, torch.long)
+
+    def ctc_log_probs(self, enc: Tensor) -> Tensor | None:
+        """CTC log-probabilities ``(B, T, V)`` float32 of an encoder output ``(B, T, D)`` (None: no CTC)."""
+        return torch.log_softmax(self.ctc_lo(enc).float(), dim=-1) if self.ctc_lo is not None else None
+
+    def search_config(self, config: DecodeConfig | None = None, **overrides: Any) -> DecodeConfig:
+        """``config`` (or :meth:`default_decode_options` when None) with ``overrides`` applied.
+
+        Raises:
+            avsr.config.ConfigError: unknown override or bad value.
+        """
+        base = to_dict(config) if config is not None else self.default_decode_options()
+        return from_dict(DecodeConfig, {**base, **overrides}, "decode options")
+
+    @torch.no_grad()
+    def search(self, enc: Tensor, enc_lens: Tensor, config: DecodeConfig, ctc_logp: Tensor | None = None,
+               src_len: int | None = None) -> list[list[Hypothesis]]:
+        """The beam search (:func:`avsr.decode.batch_beam_search`) over an encoder output, in eval mode.
+
+        Args:
+            enc: ``(B, T, D)`` encoder output.  enc_lens: ``(B,)`` int64 valid frames.
+            config: search options (:meth:`search_config`).
+            ctc_logp: ``(B, T, V)`` CTC log-probabilities (:meth:`ctc_log_probs`); computed here when None.
+            src_len: the source length of fairseq's ``max_len_a`` (see :meth:`decode_nbest`); default ``T``.
+
+        Returns:
+            Up to ``nbest`` hypotheses per utterance, best first.
+
+        Raises:
+            ValueError: ``ctc_weight`` needs a part the model lacks.
+        """
+        was_training = self.training
+        self.eval()
+        try:
+            if ctc_logp is None:
+                ctc_logp = self.ctc_log_probs(enc)
+            return batch_beam_search(
+                enc,
+                enc_lens,
+                config,
+                decoder=self.decoder,
+                ctc_logp=ctc_logp,
+                sos=self.sos,
+                eos=self.eos,
+                blank=self.blank,
+                pad=self.pad,
+                unk=self.unk,
+                src_len=enc.size(1) if src_len is None else src_len,
+            )
+        finally:
+            self.train(was_training)
 
     def _targets(self, ys_pad: Tensor, ys_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Check targets; return ``ys (B, L)`` (padding -> ignore_id), ``ys_in (B, L+1)`` (sos + ys, padded
@@ -363,31 +462,31 @@ class AVSRModel(nn.Module):
             ValueError: ``ctc_weight`` needs a part the model lacks (e.g. ``ctc_weight < 1`` on a CTC-only
                 model).
         """
-        base = to_dict(config) if config is not None else self.default_decode_options()
-        config = from_dict(DecodeConfig, {**base, **overrides}, "decode options")
+        return self.decode_with_ctc(audio, video, lengths, self.search_config(config, **overrides))[0]
+
+    @torch.no_grad()
+    def decode_with_ctc(
+        self,
+        audio: Tensor | None,
+        video: Tensor | None,
+        lengths: Tensor,
+        config: DecodeConfig,
+        video_features: Tensor | None = None,
+    ) -> tuple[list[list[Hypothesis]], Tensor | None, Tensor]:
+        """:meth:`decode_nbest` that also returns what word timings need: ``(hypotheses, ctc_logp (B, T, V)
+        float32 or None without a CTC head, enc_lens (B,))``. ``video_features`` as :meth:`encode`.
+
+        Raises: as :meth:`decode_nbest`.
+        """
         was_training = self.training
         self.eval()
         try:
-            enc, enc_lens = self.encode(audio, video, lengths)
-            ctc_logp = (
-                torch.log_softmax(self.ctc_lo(enc).float(), dim=-1) if self.ctc_lo is not None else None
-            )
+            enc, enc_lens = self.encode(audio, video, lengths, video_features)
+            ctc_logp = self.ctc_log_probs(enc)
             # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
             # (B, F, T) audio -- when audio is given, else the padded frame count (only max_len_a uses it)
             src_len = audio.shape[1] if audio is not None else enc.size(1)
-            return batch_beam_search(
-                enc,
-                enc_lens,
-                config,
-                decoder=self.decoder,
-                ctc_logp=ctc_logp,
-                sos=self.sos,
-                eos=self.eos,
-                blank=self.blank,
-                pad=self.pad,
-                unk=self.unk,
-                src_len=src_len,
-            )
+            return self.search(enc, enc_lens, config, ctc_logp, src_len), ctc_logp, enc_lens
         finally:
             self.train(was_training)
 

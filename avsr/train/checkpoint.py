@@ -55,6 +55,24 @@ def epoch_checkpoints(exp_dir: str | os.PathLike) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+def best_checkpoints(exp_dir: str | os.PathLike, nbest: int) -> list[Path]:
+    """The ``nbest`` epoch checkpoints of ``exp_dir`` with the highest validation accuracy (ESPnet's
+    ``valid.acc.ave``; an epoch without validation counts as its epoch number), sorted by path.
+
+    Raises:
+        FileNotFoundError: ``exp_dir`` holds no ``epoch<N>.pt``.
+    """
+    found = epoch_checkpoints(exp_dir)
+    if not found:
+        raise FileNotFoundError(f"no epoch<N>.pt checkpoint in {exp_dir}: run the training stage first")
+    scored = []
+    for n, p in found:
+        valid = load_checkpoint(p).get("valid") or {}
+        scored.append((float(valid.get("acc", n)), n, p))
+    scored.sort(reverse=True)
+    return sorted(p for _, _, p in scored[:nbest])
+
+
 def average_state_dicts(paths: list[str | os.PathLike], key: str = "model") -> dict[str, torch.Tensor]:
     """Element-wise mean of the floating-point parameters of several checkpoints (ESPnet's
     ``average_nbest_models``); integer buffers (e.g. BatchNorm's ``num_batches_tracked``) come from the last.

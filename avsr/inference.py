@@ -1,0 +1,733 @@
+"""Transcriber: the one inference path -- checkpoint(s) + tokenizer + preprocessing + beam search.
+
+ESPnet's ``Speech2Text`` (``espnet2/bin/asr_inference.py``) made smaller: :meth:`Transcriber.from_pretrained`
+loads a model (an experiment directory, whose best checkpoints are averaged; an avsr checkpoint; an official
+fairseq AV-HuBERT fine-tuned checkpoint), :meth:`Transcriber.__call__` transcribes one utterance and
+:meth:`Transcriber.transcribe_batch` many, batched over utterances. The recipe's decoding stage
+(``python -m avsr.bin.decode``), ``avsr transcribe`` and Python users all go through this class, so a file
+gives the same words whichever way it is decoded.
+
+Inputs, per utterance (:class:`TranscribeItem`):
+
+* video: a path -- a preprocessed mouth ROI (a video of exactly 96x96 pixels, as AV-HuBERT's preprocessed
+  LRS3) or a raw face video (anything else: the ROI stage, :func:`avsr.data.roi.preprocess_video`, runs and
+  its output is read back, exactly what the recipe's ROI stage writes) -- or an array: uint8 ROI frames
+  ``(T, H, W)`` with ``H, W >= 88`` (96x96 for AV-HuBERT's ROIs) at 25 fps, or uint8 RGB face frames
+  ``(T, H, W, 3)`` at 25 fps (ROI extraction in memory);
+* audio: a path -- a 16 kHz mono wav/flac is read as is, other rates and formats (any container FFmpeg reads)
+  are decoded, downmixed and resampled to 16 kHz; the audio track of a video file is cut or zero-padded to
+  its 25 fps frame count and stored as 16-bit PCM, as the ROI stage does -- or a float waveform ``(N,)`` at
+  16 kHz (another ``sample_rate`` is resampled).
+
+From the raw media on, everything is the recipe's: AV-HuBERT's stacked log filterbanks (``(T, 104)`` at
+25 Hz, padded or cut to the video's frame count), the 88x88 centre crop of the ROI normalised with mean
+0.421 and std 0.165, noise mixed at an SNR with the segment chosen by the utterance's key (as the recipe's
+test conditions), length-bucketed batches, and :meth:`avsr.models.asr.AVSRModel.decode_with_ctc`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
+from tqdm import tqdm
+
+from avsr.compat import FairseqTokenizer, read_checkpoint, tokenizer_for
+from avsr.config import from_dict
+from avsr.data.datadir import Utterance
+from avsr.data.dataset import length_buckets
+from avsr.data.media import (
+    MediaError,
+    pcm16_round_trip,
+    read_audio_track,
+    read_video,
+    read_video_rgb,
+    read_wav,
+    video_fps,
+)
+from avsr.data.noise import NoiseSource
+from avsr.data.tokenizer import Tokenizer
+from avsr.decode.align import AlignmentError, WordTiming, word_timings
+from avsr.decode.beam_search import DecodeConfig
+from avsr.features import SAMPLES_PER_FRAME, avhubert_audio_features, crop_video, normalize_video
+from avsr.models.asr import AVSRModel
+from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
+
+__all__ = ["MODALITY_INPUTS", "InferenceError", "Transcript", "TranscribeItem", "Transcriber"]
+
+logger = logging.getLogger("avsr.inference")
+
+#: model inputs of each decoding modality.
+MODALITY_INPUTS: dict[str, tuple[str, ...]] = {
+    "audio": ("audio",),
+    "video": ("video",),
+    "audiovisual": ("audio", "video"),
+}
+#: video frame rate of every model input (frames per second).
+FPS = 25.0
+#: input sample rate of every model (Hz).
+SAMPLE_RATE = 16000
+#: side of the mouth ROI of AV-HuBERT's preprocessing, in pixels; a video of this size is taken as a ROI.
+ROI_SIZE = 96
+#: the fewest 25 fps frames an utterance may have.
+MIN_FRAMES = 2
+#: largest difference, in frames, between the audio (samples / 640) and the video of one utterance
+#: (as :class:`avsr.data.dataset.AVDataset`'s ``max_frame_diff``).
+MAX_FRAME_DIFF = 2
+#: precisions of the encoder at inference.
+PRECISIONS = ("fp32", "bf16")
+
+PathLike = str | os.PathLike
+
+
+class InferenceError(ValueError):
+    """An input cannot be transcribed; the message names the input (file or item key) and the reason."""
+
+
+@dataclass
+class TranscribeItem:
+    """One utterance to transcribe (see the module docstring for what each input may be).
+
+    Attributes:
+        video: path or uint8 array/tensor ``(T, H, W)`` ROI / ``(T, H, W, 3)`` RGB frames at 25 fps, or None.
+        audio: path or float waveform ``(N,)`` (at ``sample_rate``), or None.
+        key: the utterance's name in results, errors, noise-segment choice and the video cache (default: the
+            stem of the video path, else of the audio path, else ``utt<index>``).
+        num_frames: its length in 25 fps frames if known (e.g. ``utt2num_frames``): batches are then formed
+            before any file is read.
+        sample_rate: rate of an ``audio`` array in Hz (resampled to 16 kHz).
+    """
+
+    video: PathLike | np.ndarray | torch.Tensor | None = None
+    audio: PathLike | np.ndarray | torch.Tensor | None = None
+    key: str | None = None
+    num_frames: int | None = None
+    sample_rate: int = SAMPLE_RATE
+
+
+@dataclass
+class Transcript:
+    """The transcription of one utterance.
+
+    Attributes:
+        key: the item's key.
+        text: the words (upper case, as avsr's references; "" when the search found nothing or on error).
+        tokens: the hypothesis' token ids (without sos/eos/blank).
+        score: the hypothesis' total search score (log domain; nan on error or without hypothesis).
+        words: word timings in seconds from a CTC forced alignment (:mod:`avsr.decode.align`), or None (no CTC
+            head, not asked for, or the alignment failed: ``info["words_note"]`` says why).
+        modality: ``audio``, ``video`` or ``audiovisual``.
+        num_frames: the input's length in 25 fps frames.
+        info: facts about the input (``frames_without_face``, ``audio_padded_s``, ``resampled_from_hz``,
+            ``noise``, ``snr_db``, ``words_note``).
+        error: why the item could not be transcribed, or None.
+    """
+
+    key: str
+    text: str = ""
+    tokens: list[int] = field(default_factory=list)
+    score: float = math.nan
+    words: list[WordTiming] | None = None
+    modality: str = ""
+    num_frames: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the item was transcribed."""
+        return self.error is None
+
+    @property
+    def duration_s(self) -> float:
+        """The input's length in seconds (``num_frames / 25``)."""
+        return self.num_frames / FPS
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (words as ``{"word", "start", "end", "score"}``)."""
+        out = {"key": self.key, "text": self.text, "tokens": list(self.tokens), "score": self.score,
+               "modality": self.modality, "duration_s": round(self.duration_s, 3),
+               "words": [w.to_dict() for w in self.words] if self.words is not None else None, **self.info}
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class _Media:
+    """Raw media of one item: ``wav`` (N,) float32 16 kHz or None, ``frames`` (T, H, W) uint8 ROI or None."""
+
+    wav: torch.Tensor | None
+    frames: torch.Tensor | None
+    num_frames: int
+    info: dict[str, Any]
+
+
+def _name(source: Any) -> str:
+    return str(source) if isinstance(source, (str, os.PathLike)) else f"<{type(source).__name__}>"
+
+
+def _streams(path: Path) -> tuple[bool, tuple[int, int] | None]:
+    """(has an audio stream, (width, height) of its video stream or None). Raises InferenceError."""
+    import av
+
+    if not path.is_file():
+        raise InferenceError(f"{path}: no such file")
+    try:
+        with av.open(str(path)) as container:
+            video = container.streams.video
+            size = (video[0].codec_context.width, video[0].codec_context.height) if video else None
+            return bool(container.streams.audio), size
+    except Exception as exc:  # av.error.FFmpegError and friends
+        raise InferenceError(f"{path}: cannot read this file as audio or video ({exc})") from exc
+
+
+def _to_tensor(array: Any, what: str, key: str) -> torch.Tensor:
+    if isinstance(array, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(array))
+    if isinstance(array, torch.Tensor):
+        return array.detach().cpu()
+    raise InferenceError(
+        f"{key}: {what} must be a path, a numpy array or a tensor, got {type(array).__name__}")
+
+
+def _check_waveform(wav: torch.Tensor, key: str, source: str) -> torch.Tensor:
+    if wav.dim() == 2 and 1 in wav.shape:
+        wav = wav.reshape(-1)
+    if wav.dim() != 1:
+        raise InferenceError(f"{key}: the waveform {source} must be mono (N,), got shape {tuple(wav.shape)}")
+    if not wav.is_floating_point():
+        raise InferenceError(f"{key}: the waveform {source} must be float in [-1, 1], got {wav.dtype}")
+    if wav.numel() == 0:
+        raise InferenceError(f"{key}: the audio {source} is empty")
+    if not bool(torch.isfinite(wav).all()):
+        raise InferenceError(f"{key}: the audio {source} has NaN or infinite samples")
+    return wav.to(torch.float32)
+
+
+def _read_audio_file(path: Path, key: str) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A 16 kHz mono file as is; any other rate/format decoded, downmixed and resampled to 16 kHz."""
+    import soundfile
+
+    try:
+        info = soundfile.info(str(path))
+    except Exception:  # not a format libsndfile reads (mp3, mp4, ...): FFmpeg
+        info = None
+    if info is not None and info.samplerate == SAMPLE_RATE and info.channels == 1:
+        return read_wav(path), {}
+    wav = read_audio_track(path, SAMPLE_RATE)
+    resampled = info is not None and info.samplerate != SAMPLE_RATE
+    note = {"resampled_from_hz": info.samplerate} if resampled else {}
+    return wav, note
+
+
+class Transcriber:
+    """A model, its tokenizer, a search configuration and the preprocessing: text from audio and/or video.
+
+    Args:
+        model: the ASR model (put in eval mode and moved to ``device``).
+        tokenizer: :class:`avsr.data.tokenizer.Tokenizer` (avsr models) or
+            :class:`avsr.compat.FairseqTokenizer` (official models; their lower-case text is upper-cased).
+        decode_config: a :class:`DecodeConfig`, the name of a shipped one (``"default"``,
+            ``"avhubert_s2s"``) or a YAML path, a mapping of options over the model's defaults, or None for
+            the model's defaults (:meth:`AVSRModel.default_decode_options`: the original's fairseq search for
+            official seq2seq models, joint CTC/attention for avsr's).
+        device: where the model runs (``"cpu"``, ``"cuda"``).
+        precision: ``fp32``, or ``bf16`` (the encoder under bf16 autocast; scores stay float32).
+        batch_frames: padded 25 fps frames per batch in :meth:`transcribe_batch`.
+
+    Raises:
+        avsr.config.ConfigError: a bad decoding configuration (unknown key named).
+        ValueError: an unknown precision, or a search that needs a part the model lacks.
+    """
+
+    def __init__(
+        self,
+        model: AVSRModel,
+        tokenizer: Tokenizer | FairseqTokenizer,
+        decode_config: DecodeConfig | Mapping[str, Any] | PathLike | None = None,
+        device: str | torch.device = "cpu",
+        precision: str = "fp32",
+        batch_frames: int = 3000,
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.precision = precision
+        self.batch_frames = int(batch_frames)
+        self.config = self._decode_config(decode_config)
+        self._upper = isinstance(tokenizer, FairseqTokenizer)
+        token_list = model.token_list if model.token_list is not None else tokenizer.token_list
+        self._token_list = list(token_list)
+
+    def _decode_config(self, config: DecodeConfig | Mapping[str, Any] | PathLike | None) -> DecodeConfig:
+        if isinstance(config, DecodeConfig):
+            return config
+        if isinstance(config, (str, os.PathLike)):
+            return DecodeConfig.from_yaml(config)
+        overrides = dict(config or {})
+        return from_dict(DecodeConfig, {**self.model.default_decode_options(), **overrides}, "decode options")
+
+    # --- loading ---------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        source: PathLike,
+        *,
+        bpemodel: PathLike | None = None,
+        device: str | torch.device = "cpu",
+        decode_config: DecodeConfig | Mapping[str, Any] | PathLike | None = None,
+        average_nbest: int = 5,
+        precision: str = "fp32",
+        batch_frames: int = 3000,
+    ) -> Transcriber:
+        """A transcriber for an experiment directory or a checkpoint file.
+
+        Args:
+            source: an experiment directory (its ``average_nbest`` ``epoch<N>.pt`` with the best validation
+                accuracy are averaged, as ESPnet's ``valid.acc.ave``; tokenizer: its ``bpe.model``), an avsr
+                checkpoint (tokenizer: ``bpemodel`` or the ``bpe.model`` beside it), or an official fairseq
+                AV-HuBERT fine-tuned checkpoint, seq2seq or CTC (tokenizer: ``bpemodel``, its sentencepiece
+                model, else the one pickled in the checkpoint).
+            bpemodel: the sentencepiece model (see ``source``).
+            device, decode_config, precision, batch_frames: as the class.
+            average_nbest: checkpoints averaged from an experiment directory.
+
+        Raises:
+            FileNotFoundError: no such directory/file, no checkpoint in the directory, no tokenizer.
+            avsr.compat.CheckpointError: an unreadable or foreign checkpoint, weights that do not fit.
+        """
+        source = Path(source)
+        if source.is_dir():
+            paths = best_checkpoints(source, average_nbest)
+            logger.info("model: average of %s", ", ".join(p.name for p in paths))
+            first = load_checkpoint(paths[0])
+            model = AVSRModel.from_config(first["model_config"], str(paths[0]))
+            model.load_state_dict(average_state_dicts(paths) if len(paths) > 1 else first["model"])
+            tokenizer = Tokenizer(bpemodel if bpemodel is not None else source / "bpe.model")
+        elif source.is_file():
+            loaded = read_checkpoint(source)
+            logger.info("model: %s (%s)", source, loaded.kind)
+            if bpemodel is None and loaded.kind == "avsr" and (source.parent / "bpe.model").is_file():
+                bpemodel = source.parent / "bpe.model"
+            model = AVSRModel.from_checkpoint(loaded, bpemodel=bpemodel)
+            tokenizer = tokenizer_for(model, loaded, bpemodel)
+        else:
+            raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
+        return cls(model, tokenizer, decode_config, device, precision, batch_frames)
+
+    # --- one utterance ---------------------------------------------------------------------------------
+
+    def __call__(
+        self,
+        video: PathLike | np.ndarray | torch.Tensor | None = None,
+        audio: PathLike | np.ndarray | torch.Tensor | None = None,
+        *,
+        modality: str | None = None,
+        noise: PathLike | torch.Tensor | NoiseSource | None = None,
+        snr_db: float | None = None,
+        key: str | None = None,
+        sample_rate: int = SAMPLE_RATE,
+        word_timings: bool = True,
+    ) -> Transcript:
+        """Transcribe one utterance.
+
+        Args:
+            video, audio: the inputs (module docstring); at least one.
+            modality: ``audio``, ``video`` or ``audiovisual``; default: what was given.
+            noise, snr_db: noise (a 16 kHz wav path, a ``(N,)`` waveform or a :class:`NoiseSource`) mixed
+                into the audio at ``snr_db`` dB; the segment is chosen by ``key``.
+            key: the utterance's name (default: from the path).
+            sample_rate: rate of an ``audio`` array in Hz.
+            word_timings: compute word timings (models with a CTC head).
+
+        Returns:
+            the :class:`Transcript`.
+
+        Raises:
+            InferenceError: a bad input (unreadable file, no face, no audio track when audio is needed, an
+                empty or one-frame input, NaN/inf samples, a wrong shape or dtype; the message names it).
+        """
+        item = TranscribeItem(video=video, audio=audio, key=key, sample_rate=sample_rate)
+        (result,) = self.transcribe_batch([item], modality=modality, noise=noise, snr_db=snr_db,
+                                          strict=True, progress=False, word_timings=word_timings)
+        return result
+
+    # --- many utterances -------------------------------------------------------------------------------
+
+    def transcribe_batch(
+        self,
+        items: Sequence[TranscribeItem | Utterance | Mapping[str, Any] | PathLike],
+        *,
+        modality: str | None = None,
+        noise: PathLike | torch.Tensor | NoiseSource | None = None,
+        snr_db: float | None = None,
+        strict: bool = False,
+        progress: bool | None = None,
+        word_timings: bool = True,
+        video_cache: MutableMapping[str, torch.Tensor] | None = None,
+        work_dir: PathLike | None = None,
+        window: int = 512,
+    ) -> list[Transcript]:
+        """Transcribe many utterances, batched over utterances (the batched beam search).
+
+        Items are read ``window`` at a time (all at once when every item has ``num_frames``), bucketed by
+        length into batches of at most ``batch_frames`` padded frames
+        (:func:`avsr.data.dataset.length_buckets`; a longer utterance is a batch of its own) and decoded.
+
+        Args:
+            items: :class:`TranscribeItem`, :class:`avsr.data.datadir.Utterance` (its ``wav``, ``video``,
+                ``utt_id``, ``num_frames``), mappings with the fields of :class:`TranscribeItem`, or paths (a
+                media file: its video stream and its audio stream, whichever it has).
+            modality: one for every item, or None: per item, what it has.
+            noise, snr_db: as :meth:`__call__`, for every item.
+            strict: raise one :class:`InferenceError` naming every bad item instead of returning them with
+                ``error`` set.
+            progress: a tqdm progress bar (default: for more than 10 items).
+            word_timings: compute word timings (models with a CTC head).
+            video_cache: a mapping owned by the caller that keeps each item's video front-end output
+                (``(D, T)`` float, on the CPU) under its key; when the same videos are decoded again (another
+                noise condition of the audio), the video is neither read nor run through the front-end. Keys
+                must be unique and the mapping used with one model and one set of videos.
+            work_dir: where raw face videos' ROI mp4 and wav are written (kept); default: a temporary folder.
+            window: items read ahead for bucketing when lengths are not known in advance.
+
+        Returns:
+            One :class:`Transcript` per item, in the order of ``items``; a bad item has ``error`` set (and is
+            logged) unless ``strict``.
+
+        Raises:
+            InferenceError: with ``strict``, every bad item named; an unknown modality; ``noise`` without
+                ``snr_db`` or the other way round; duplicate keys with ``video_cache``.
+        """
+        if modality is not None and modality not in MODALITY_INPUTS:
+            raise InferenceError(f"modality must be one of {list(MODALITY_INPUTS)}, got {modality!r}")
+        if (noise is None) != (snr_db is None):
+            raise InferenceError("noise and snr_db go together: give both or neither")
+        source = self._noise_source(noise)
+        requests = [self._item(x, i) for i, x in enumerate(items)]
+        if video_cache is not None and len({r.key for r in requests}) != len(requests):
+            raise InferenceError("video_cache needs unique item keys")
+        results: list[Transcript | None] = [None] * len(requests)
+        show = progress if progress is not None else len(requests) > 10
+        bar = tqdm(total=len(requests), desc="transcribe", disable=not show, dynamic_ncols=True,
+                   mininterval=2.0)
+        with contextlib.ExitStack() as stack:
+            root = Path(work_dir) if work_dir is not None else Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="avsr_transcribe_")))
+            groups: dict[str, list[int]] = {}
+            for i, req in enumerate(requests):
+                mod = modality or self._given_modality(req)
+                if isinstance(mod, Transcript):
+                    results[i] = mod
+                    bar.update()
+                    continue
+                groups.setdefault(mod, []).append(i)
+            for mod, indices in groups.items():
+                known = all(requests[i].num_frames is not None for i in indices)
+                step = len(indices) if known else max(1, window)
+                for start in range(0, len(indices), step):
+                    chunk = indices[start : start + step]
+                    self._run_chunk(requests, chunk, mod, source, snr_db, results, word_timings,
+                                    video_cache, root, bar)
+        bar.close()
+        out = [r for r in results if r is not None]
+        failed = [r for r in out if not r.ok]
+        for r in failed:
+            logger.warning("%s: %s", r.key, r.error)
+        if failed:
+            logger.warning("%d of %d items could not be transcribed", len(failed), len(out))
+            if strict:
+                raise InferenceError("; ".join(r.error for r in failed))
+        return out
+
+    # --- internals -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _noise_source(noise: Any) -> NoiseSource | None:
+        if noise is None or isinstance(noise, NoiseSource):
+            return noise
+        if isinstance(noise, (str, os.PathLike)):
+            try:
+                return NoiseSource(noise)
+            except (MediaError, ValueError) as exc:
+                raise InferenceError(f"noise {noise}: {exc}") from exc
+        try:
+            return NoiseSource.from_waveform(_to_tensor(noise, "noise", "noise"))
+        except ValueError as exc:
+            raise InferenceError(str(exc)) from exc
+
+    @staticmethod
+    def _item(x: Any, index: int) -> TranscribeItem:
+        if isinstance(x, TranscribeItem):
+            item = TranscribeItem(x.video, x.audio, x.key, x.num_frames, x.sample_rate)
+        elif isinstance(x, Utterance):
+            item = TranscribeItem(x.video, x.wav, x.utt_id, x.num_frames)
+        elif isinstance(x, Mapping):
+            unknown = set(x) - {"video", "audio", "key", "num_frames", "sample_rate"}
+            if unknown:
+                raise InferenceError(f"item {index}: unknown field(s) {sorted(unknown)}")
+            item = TranscribeItem(**x)
+        elif isinstance(x, (str, os.PathLike)):
+            return _MediaFileItem(video=x, audio=x, key=Path(x).stem)
+        else:
+            raise InferenceError(f"item {index}: expected a TranscribeItem, an Utterance, a mapping or a "
+                                 f"path, got {type(x).__name__}")
+        if item.key is None:
+            path = next((s for s in (item.video, item.audio) if isinstance(s, (str, os.PathLike))), None)
+            item.key = Path(path).stem if path is not None else f"utt{index}"
+        return item
+
+    @staticmethod
+    def _given_modality(item: TranscribeItem) -> str | Transcript:
+        """The modality of what an item has (a path item: its streams), or a Transcript with the error."""
+        has_video, has_audio = item.video is not None, item.audio is not None
+        if isinstance(item, _MediaFileItem):
+            try:
+                has_audio, size = _streams(Path(item.video))
+            except InferenceError as exc:
+                return Transcript(key=item.key, error=str(exc))
+            has_video = size is not None
+        if has_video and has_audio:
+            return "audiovisual"
+        if has_video or has_audio:
+            return "video" if has_video else "audio"
+        return Transcript(key=item.key, error=f"{item.key}: neither video nor audio given")
+
+    def _run_chunk(self, requests, chunk, modality, source, snr_db, results, want_words, video_cache, root,
+                   bar) -> None:
+        """Read, bucket and decode the items ``chunk`` (indices into ``requests``) under one modality."""
+        inputs = MODALITY_INPUTS[modality]
+        media: dict[int, _Media] = {}
+
+        def load(i: int) -> _Media | None:
+            if i not in media:
+                skip_video = video_cache is not None and requests[i].key in video_cache
+                try:
+                    work = root / f"{i:05d}_{requests[i].key}"
+                    media[i] = self._load(requests[i], inputs, work, skip_video, video_cache)
+                except (InferenceError, MediaError, ValueError) as exc:
+                    message = str(exc)
+                    if requests[i].key not in message:
+                        message = f"{requests[i].key}: {message}"
+                    results[i] = Transcript(key=requests[i].key, modality=modality, error=message)
+                    bar.update()
+                    return None
+            return media[i]
+
+        lengths = []
+        for i in chunk:
+            if requests[i].num_frames is not None:
+                lengths.append(int(requests[i].num_frames))
+            else:
+                m = load(i)
+                lengths.append(m.num_frames if m is not None else 0)
+        for batch in length_buckets(lengths, self.batch_frames, oversize="alone"):
+            good = [(chunk[j], load(chunk[j])) for j in batch]
+            good = [(i, m) for i, m in good if m is not None]
+            if not good:
+                continue
+            transcripts = self._decode(requests, good, modality, source, snr_db, want_words, video_cache)
+            for (i, _), transcript in zip(good, transcripts):
+                results[i] = transcript
+                media.pop(i, None)
+            bar.update(len(good))
+
+    def _load(self, item: TranscribeItem, inputs: tuple[str, ...], work: Path, skip_video: bool,
+              video_cache: Mapping[str, torch.Tensor] | None) -> _Media:
+        """The raw media of one item for ``inputs`` (see the module docstring). Raises InferenceError."""
+        key, info = item.key, {}
+        need_audio, need_video = "audio" in inputs, "video" in inputs
+        for stream, needed, other in (("video", need_video, "audio"), ("audio", need_audio, "video")):
+            if needed and getattr(item, stream) is None:
+                raise InferenceError(f"{key}: no {stream} given, but the modality needs it (try the {other} "
+                                     f"modality)")
+        frames = wav = None
+        num_frames: int | None = None
+        same_file = (need_audio and need_video and isinstance(item.video, (str, os.PathLike))
+                     and isinstance(item.audio, (str, os.PathLike))
+                     and Path(item.video).resolve() == Path(item.audio).resolve())
+        if need_video and skip_video:
+            num_frames = int(video_cache[key].shape[-1])
+        if need_video and not skip_video:
+            frames, wav, video_info = self._load_video(item, work, with_audio=same_file)
+            info.update(video_info)
+            num_frames = int(frames.shape[0])
+        if need_audio and wav is None:
+            wav, audio_info = self._load_audio(item)
+            info.update(audio_info)
+        if wav is not None:
+            audio_frames = wav.numel() / SAMPLES_PER_FRAME
+            if num_frames is not None and abs(audio_frames - num_frames) > MAX_FRAME_DIFF and not same_file:
+                raise InferenceError(
+                    f"{key}: the audio {_name(item.audio)} lasts {wav.numel() / SAMPLE_RATE:.3f} s "
+                    f"({audio_frames:.1f} frames) but the video {_name(item.video)} has {num_frames} frames "
+                    f"at 25 fps ({num_frames / FPS:.3f} s); they must agree within {MAX_FRAME_DIFF} frames")
+            if num_frames is None:
+                num_frames = math.ceil(wav.numel() / SAMPLES_PER_FRAME)
+        if num_frames < MIN_FRAMES:
+            raise InferenceError(f"{key}: the input is {num_frames} frame(s) long ({num_frames / FPS:.2f} "
+                                 f"s); at least {MIN_FRAMES} frames at 25 fps are needed")
+        return _Media(wav, frames, num_frames, info)
+
+    def _load_video(self, item: TranscribeItem, work: Path, with_audio: bool
+                    ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, Any]]:
+        """ROI frames (T, H, W) uint8 (and the wav of the same raw file when ``with_audio``)."""
+        key, source = item.key, item.video
+        if not isinstance(source, (str, os.PathLike)):
+            frames = _to_tensor(source, "video", key)
+            if frames.dtype != torch.uint8:
+                raise InferenceError(f"{key}: video frames must be uint8 (0-255), got {frames.dtype}")
+            if frames.dim() == 4 and frames.shape[-1] == 3:
+                from avsr.data.roi import RoiError, extract_mouth_roi
+
+                try:
+                    track = extract_mouth_roi(frames, name=key)
+                except RoiError as exc:
+                    raise InferenceError(self._no_face(str(exc), key, item.audio is not None)) from exc
+                return torch.from_numpy(track.frames), None, {"frames_without_face": track.num_missing}
+            if frames.dim() != 3 or min(frames.shape[1:]) < 88:
+                raise InferenceError(
+                    f"{key}: video frames must be ROI frames (T, H, W) with H, W >= 88 (AV-HuBERT: 96x96) or "
+                    f"RGB face frames (T, H, W, 3), got shape {tuple(frames.shape)}")
+            if frames.shape[0] == 0:
+                raise InferenceError(f"{key}: the video has no frame")
+            return frames, None, {}
+        path = Path(source)
+        has_audio, size = _streams(path)
+        if size is None:
+            raise InferenceError(f"{path}: no video track, but the modality needs one (try --modality audio)")
+        if with_audio and not has_audio:
+            raise InferenceError(f"{path}: no audio track, but the modality needs one (try --modality video)")
+        if size == (ROI_SIZE, ROI_SIZE):  # a preprocessed mouth ROI
+            if abs(video_fps(path) - FPS) < 0.01:
+                frames = read_video(path)
+            else:  # resampled to 25 fps by timestamp, gray as BT.601 luma
+                rgb = read_video_rgb(path, FPS)[0].to(torch.float32)
+                frames = (rgb @ torch.tensor([0.299, 0.587, 0.114])).round().clamp(0, 255).to(torch.uint8)
+            return frames, None, {}
+        from avsr.data.roi import RoiError, preprocess_video
+
+        work.mkdir(parents=True, exist_ok=True)
+        mp4, wav_path = work / "roi.mp4", (work / "audio.wav" if with_audio else None)
+        try:
+            stats = preprocess_video(path, mp4, wav_path)
+        except RoiError as exc:
+            raise InferenceError(self._no_face(str(exc), str(path), has_audio)) from exc
+        info = {"frames_without_face": stats.get("frames_without_face")}
+        if stats.get("audio_padded_s"):
+            info["audio_padded_s"] = stats["audio_padded_s"]
+        return read_video(mp4), (read_wav(wav_path) if wav_path is not None else None), info
+
+    @staticmethod
+    def _no_face(message: str, name: str, audio_available: bool) -> str:
+        text = message if name in message else f"{name}: {message}"
+        if "no face" in message and audio_available:
+            text += " (its audio alone can be transcribed with the audio modality: --modality audio)"
+        return text
+
+    def _load_audio(self, item: TranscribeItem) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The 16 kHz waveform (N,) float32 of an item's audio input."""
+        key, source = item.key, item.audio
+        if not isinstance(source, (str, os.PathLike)):
+            wav = _check_waveform(_to_tensor(source, "audio", key), key, "array")
+            if not 4000 <= item.sample_rate <= 384000:
+                raise InferenceError(f"{key}: sample_rate {item.sample_rate} Hz cannot be right for speech")
+            info: dict[str, Any] = {}
+            if item.sample_rate != SAMPLE_RATE:
+                import torchaudio
+
+                wav = torchaudio.functional.resample(wav, item.sample_rate, SAMPLE_RATE)
+                info["resampled_from_hz"] = item.sample_rate
+            return wav, info
+        path = Path(source)
+        has_audio, size = _streams(path)
+        if not has_audio:
+            raise InferenceError(f"{path}: no audio track, but the modality needs one (try --modality video)")
+        if size is not None:  # the audio of a video file: as the ROI stage writes it
+            wav = read_audio_track(path, SAMPLE_RATE)
+            num_frames = int(read_video_rgb(path, FPS)[0].shape[0])
+            aligned = torch.zeros(num_frames * SAMPLES_PER_FRAME)
+            n = min(aligned.numel(), wav.numel())
+            aligned[:n] = wav[:n]
+            return pcm16_round_trip(_check_waveform(aligned, key, str(path))), {}
+        wav, info = _read_audio_file(path, key)
+        return _check_waveform(wav, key, str(path)), info
+
+    @torch.no_grad()
+    def _decode(self, requests, good: list[tuple[int, _Media]], modality: str, source: NoiseSource | None,
+                snr_db: float | None, want_words: bool, video_cache) -> list[Transcript]:
+        """Features, one batched search, texts and word timings for the loaded items ``good``."""
+        inputs = MODALITY_INPUTS[modality]
+        keys = [requests[i].key for i, _ in good]
+        lengths = torch.tensor([m.num_frames for _, m in good], dtype=torch.long)
+        audio = video = video_features = None
+        if "audio" in inputs:  # as the recipe's AVDataset: noise keyed by the utterance, features at 25 Hz
+            feats = []
+            for k, (_, m) in zip(keys, good):
+                wav = source.mix(m.wav, snr_db, key=k) if source is not None else m.wav
+                feats.append(avhubert_audio_features(wav, num_video_frames=m.num_frames))
+            audio = pad_sequence(feats, batch_first=True).transpose(1, 2).to(self.device)  # (B, 104, T)
+        if "video" in inputs and all(m.frames is not None for _, m in good):
+            frames = [normalize_video(crop_video(m.frames, train=False)) for _, m in good]
+            video = pad_sequence(frames, batch_first=True).unsqueeze(1).to(self.device)  # (B, 1, T, 88, 88)
+        lengths = lengths.to(self.device)
+        with self._autocast():
+            if "video" in inputs and video_cache is not None:
+                if video is not None:
+                    video_features = self.model.encoder.encode_video(video, lengths)
+                    for j, k in enumerate(keys):
+                        video_cache[k] = video_features[j, :, : int(lengths[j])].float().cpu()
+                else:  # every video of the batch is cached
+                    cached = [video_cache[k].transpose(0, 1) for k in keys]  # (T, D) each
+                    video_features = pad_sequence(cached, batch_first=True).transpose(1, 2).to(self.device)
+            hyps, ctc_logp, enc_lens = self.model.decode_with_ctc(
+                audio, None if video_features is not None else video, lengths, self.config, video_features)
+        out = []
+        for j, (_, m) in enumerate(good):
+            best = hyps[j][0] if hyps[j] else None
+            tokens = list(best.tokens) if best is not None else []
+            info = dict(m.info)
+            if source is not None:
+                info.update(noise=source.path, snr_db=snr_db)
+            words = None
+            if want_words:
+                if ctc_logp is None:
+                    info["words_note"] = "the model has no CTC head: no word timings"
+                else:
+                    try:
+                        frame_logp = ctc_logp[j, : int(enc_lens[j])].float()
+                        words = word_timings(frame_logp, tokens, self._token_list, blank=self.model.blank,
+                                             decode=self._text)
+                    except AlignmentError as exc:
+                        info["words_note"] = f"no word timings: {exc}"
+            out.append(Transcript(key=keys[j], text=self._text(tokens), tokens=tokens,
+                                  score=float(best.score) if best is not None else math.nan, words=words,
+                                  modality=modality, num_frames=m.num_frames, info=info))
+        return out
+
+    def _text(self, tokens: Iterable[int]) -> str:
+        text = self.tokenizer.decode(list(tokens))
+        return text.upper() if self._upper else text
+
+    def _autocast(self):
+        if self.precision == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+
+class _MediaFileItem(TranscribeItem):
+    """A bare path given as an item: its video stream and its audio stream, whichever it has."""

@@ -1,0 +1,263 @@
+"""avsr.Transcriber: paths and arrays, each modality, batched and single, official-layout checkpoints,
+checkpoint averaging, the video cache of the decoding stage, and every kind of bad input.
+
+A tiny random-initialised hybrid CTC/attention model is enough: the properties are equalities between
+paths that must give the same words, and the errors, not accuracy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from avsr.data.media import read_video, read_wav, write_video, write_wav
+from avsr.data.synthgrid import grammar
+from avsr.data.tokenizer import Tokenizer, train_sentencepiece
+from avsr.decode.beam_search import DecodeConfig
+from avsr.inference import InferenceError, TranscribeItem, Transcriber
+from avsr.models.asr import AVSRModel
+from avsr.train.checkpoint import save_atomic
+
+CONFIG = {
+    "encoder_conf": {
+        "encoder_layers": 1,
+        "encoder_embed_dim": 32,
+        "encoder_ffn_embed_dim": 64,
+        "encoder_attention_heads": 2,
+        "conv_pos": 8,
+        "conv_pos_groups": 4,
+        "resnet_widths": [4, 4, 8, 8],
+        "modality_dropout": 0.0,
+    },
+    "decoder_conf": {"decoder_layers": 1, "decoder_embed_dim": 32, "decoder_ffn_embed_dim": 64,
+                     "decoder_attention_heads": 2},
+    "model_conf": {"ctc_weight": 0.3},
+}
+DECODE = {"beam_size": 2, "ctc_weight": 0.3, "maxlenratio": 0.3, "minlenratio": 0.1}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """A tiny model in an experiment dir (2 epochs), and 4 utterances as ROI mp4 + wav files."""
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("inference")
+    rng = np.random.default_rng(0)
+    exp = root / "exp"
+    tokenizer = Tokenizer(train_sentencepiece([" ".join(grammar.sample_sentence(rng)) for _ in range(300)],
+                                              exp / "bpe", vocab_size=40))
+    config = {"vocab_size": tokenizer.vocab_size, **CONFIG}
+    models = []
+    for epoch in (1, 2):
+        torch.manual_seed(epoch)
+        model = AVSRModel.from_config(config)
+        save_atomic({"model": model.state_dict(), "model_config": config, "epoch": epoch, "step": 0,
+                     "valid": {"acc": 0.1 * epoch}}, exp / f"epoch{epoch}.pt")
+        models.append(model.eval())
+    utts = []
+    for i, frames in enumerate((30, 45, 38, 52)):
+        roi = rng.integers(0, 256, size=(frames, 96, 96), dtype=np.uint8)
+        wav = torch.from_numpy(rng.normal(0, 0.1, frames * 640)).float()
+        write_video(root / f"u{i}.mp4", roi)
+        write_wav(root / f"u{i}.wav", wav)
+        utts.append((root / f"u{i}.mp4", root / f"u{i}.wav"))
+    noise = root / "noise.wav"
+    write_wav(noise, torch.from_numpy(rng.normal(0, 0.1, 16000)).float())
+    return {"root": root, "exp": exp, "models": models, "tokenizer": tokenizer, "utts": utts, "noise": noise}
+
+
+def _transcriber(env, model=0) -> Transcriber:
+    return Transcriber(env["models"][model], env["tokenizer"], DECODE)
+
+
+@pytest.mark.parametrize("modality", ["audiovisual", "audio", "video"])
+def test_paths_and_arrays_give_the_same_transcript(env, modality):
+    tr = _transcriber(env)
+    mp4, wav = env["utts"][1]
+    by_path = tr(video=mp4 if modality != "audio" else None, audio=wav if modality != "video" else None)
+    frames, samples = read_video(mp4), read_wav(wav)
+    by_array = tr(video=frames.numpy() if modality != "audio" else None,
+                  audio=samples if modality != "video" else None)
+    assert by_path.modality == by_array.modality == modality  # the default: what was given
+    assert by_path.tokens == by_array.tokens and by_path.text == by_array.text
+    assert by_path.score == pytest.approx(by_array.score) and math.isfinite(by_path.score)
+    assert by_path.num_frames == frames.shape[0] and by_path.duration_s == pytest.approx(45 / 25)
+    assert by_path.key == "u1" and by_array.key == "utt0"
+    assert by_path.words is not None and [w.word for w in by_path.words] == by_path.text.split()
+    # an explicit modality takes only that stream
+    assert tr(video=mp4, audio=wav, modality=modality).tokens == by_path.tokens
+
+
+def test_batched_decoding_gives_the_single_utterance_transcripts(env):
+    tr = _transcriber(env)
+    items = [TranscribeItem(video=v, audio=a) for v, a in env["utts"]]
+    batch = tr.transcribe_batch(items, modality="audiovisual")
+    assert [r.key for r in batch] == ["u0", "u1", "u2", "u3"]
+    single = [tr(video=v, audio=a) for v, a in env["utts"]]
+    assert [r.tokens for r in batch] == [r.tokens for r in single]
+    assert [r.score for r in batch] == pytest.approx([r.score for r in single], abs=1e-4)
+    # the same through the model directly, one batch of the four
+    from avsr.features import avhubert_audio_features, crop_video, normalize_video
+
+    lens = torch.tensor([30, 45, 38, 52])
+    audio = torch.zeros(4, 104, 52)
+    video = torch.zeros(4, 1, 52, 88, 88)
+    for i, (v, a) in enumerate(env["utts"]):
+        audio[i, :, : lens[i]] = avhubert_audio_features(read_wav(a), num_video_frames=int(lens[i])).T
+        video[i, 0, : lens[i]] = normalize_video(crop_video(read_video(v)))
+    direct = env["models"][0].decode(audio, video, lens, DecodeConfig(**DECODE))
+    assert [r.tokens for r in batch] == direct
+
+
+def test_an_experiment_dir_averages_its_best_checkpoints(env):
+    tr = Transcriber.from_pretrained(env["exp"], decode_config=DECODE, average_nbest=2)
+    a, b = (m.state_dict() for m in env["models"])
+    for k, v in tr.model.state_dict().items():
+        if v.is_floating_point():
+            torch.testing.assert_close(v, (a[k] + b[k]) / 2)
+    one = Transcriber.from_pretrained(env["exp"], decode_config=DECODE, average_nbest=1)  # epoch 2: best acc
+    assert torch.equal(one.model.ctc_lo.weight, env["models"][1].ctc_lo.weight)
+    file = Transcriber.from_pretrained(env["exp"] / "epoch1.pt", decode_config=DECODE)  # bpe.model beside
+    mp4, wav = env["utts"][0]
+    assert file(video=mp4, audio=wav).tokens == _transcriber(env)(video=mp4, audio=wav).tokens
+    assert tr.config == DecodeConfig(**DECODE)
+    assert Transcriber.from_pretrained(env["exp"]).config == DecodeConfig()  # the model's defaults
+    with pytest.raises(FileNotFoundError, match="no such experiment directory"):
+        Transcriber.from_pretrained(env["root"] / "missing")
+
+
+@pytest.mark.parametrize("kind", ["av_hubert_seq2seq", "av_hubert_ctc"])
+def test_official_checkpoints_transcribe_with_the_originals_search(env, kind, tmp_path):
+    from tests.test_compat import finetune_ckpt, train_sentencepiece
+
+    train_sentencepiece(tmp_path)
+    ckpt, *_ = finetune_ckpt(tmp_path, kind)
+    tr = Transcriber.from_pretrained(ckpt, bpemodel=tmp_path / "sp.model")
+    if kind == "av_hubert_seq2seq":  # AV-HuBERT's s2s_decode.yaml: fairseq's beam search, beam 50
+        assert tr.config.search == "fairseq" and tr.config.beam_size == 50 and tr.config.ctc_weight == 0
+        tr = Transcriber.from_pretrained(ckpt, bpemodel=tmp_path / "sp.model",
+                                         decode_config={"beam_size": 2, "max_len_a": 0.0, "max_len_b": 3})
+    else:
+        assert tr.config.ctc_weight == 1.0
+    mp4, wav = env["utts"][0]
+    result = tr(video=mp4, audio=wav)
+    assert result.text == result.text.upper()
+    if kind == "av_hubert_ctc":
+        assert result.words is not None and [w.word for w in result.words] == result.text.split()
+    else:
+        assert result.words is None and "no CTC head" in result.info["words_note"]
+
+
+def test_the_video_cache_skips_the_video_and_changes_nothing(env, monkeypatch):
+    tr = _transcriber(env)
+    items = [TranscribeItem(video=v, audio=a) for v, a in env["utts"]]
+    plain = {snr: tr.transcribe_batch(items, noise=env["noise"] if snr is not None else None, snr_db=snr)
+             for snr in (None, 0.0)}
+    cache: dict[str, torch.Tensor] = {}
+    first = tr.transcribe_batch(items, video_cache=cache)
+    assert sorted(cache) == ["u0", "u1", "u2", "u3"] and cache["u1"].shape == (32, 45)
+
+    def no_video(*args, **kwargs):
+        raise AssertionError("the video was read although it is cached")
+
+    monkeypatch.setattr("avsr.inference.read_video", no_video)
+    second = tr.transcribe_batch(items, noise=env["noise"], snr_db=0.0, video_cache=cache)
+    assert [r.tokens for r in first] == [r.tokens for r in plain[None]]
+    assert [r.tokens for r in second] == [r.tokens for r in plain[0.0]]
+    assert second[0].info["snr_db"] == 0.0 and second[0].info["noise"] == str(env["noise"])
+    with pytest.raises(InferenceError, match="unique item keys"):
+        tr.transcribe_batch([items[0], items[0]], video_cache={})
+
+
+def test_noise_is_keyed_by_the_utterance_and_changes_the_audio(env):
+    from avsr.data.noise import NoiseSource
+
+    tr = _transcriber(env)
+    _, wav = env["utts"][2]
+    clean = tr(audio=wav)
+    noisy = [tr(audio=wav, noise=env["noise"], snr_db=-10.0) for _ in range(2)]
+    assert noisy[0].tokens == noisy[1].tokens and noisy[0].score == noisy[1].score  # the same segment
+    assert noisy[0].score != clean.score
+    in_memory = NoiseSource.from_waveform(read_wav(env["noise"]), name=str(env["noise"]))
+    by_array = tr(audio=read_wav(wav), noise=in_memory, snr_db=-10.0, key="u2")
+    assert by_array.score == noisy[0].score  # the segment is a function of the key (and the noise's name)
+    with pytest.raises(InferenceError, match="go together"):
+        tr(audio=wav, noise=env["noise"])
+
+
+def test_audio_at_another_sample_rate_is_resampled(env, tmp_path):
+    import torchaudio
+
+    tr = _transcriber(env)
+    wav = read_wav(env["utts"][0][1])
+    wav48 = torchaudio.functional.resample(wav, 16000, 48000)
+    write_wav(tmp_path / "a48.wav", wav48, sample_rate=48000)
+    from_file = tr(audio=tmp_path / "a48.wav")
+    from_array = tr(audio=wav48, sample_rate=48000)
+    assert from_file.info["resampled_from_hz"] == 48000 and from_array.info["resampled_from_hz"] == 48000
+    assert abs(from_file.num_frames - 30) <= 1 and from_array.num_frames == from_file.num_frames
+
+
+def test_bad_inputs_are_errors_naming_the_input(env, tmp_path):
+    tr = _transcriber(env)
+    mp4, wav = env["utts"][0]
+    garbage = tmp_path / "garbage.mp4"
+    garbage.write_bytes(b"not a video at all" * 100)
+    roi = read_video(mp4).numpy()
+    samples = read_wav(wav)
+    cases = [
+        (dict(video=tmp_path / "missing.mp4"), "missing.mp4: no such file"),
+        (dict(video=garbage), "garbage.mp4: cannot read"),
+        (dict(video=mp4, audio=mp4), "no audio track"),  # a ROI mp4 without sound as the audio
+        (dict(audio=wav, modality="video"), "no video given"),
+        (dict(audio=torch.zeros(0)), "is empty"),
+        (dict(audio=samples[:500]), "1 frame(s) long"),
+        (dict(video=roi[:1]), "1 frame(s) long"),
+        (dict(audio=torch.full((16000,), float("nan"))), "NaN or infinite"),
+        (dict(audio=torch.zeros(2, 16000)), "must be mono"),
+        (dict(audio=torch.zeros(16000, dtype=torch.int16)), "must be float"),
+        (dict(audio=samples, sample_rate=100), "cannot be right"),
+        (dict(video=roi.astype(np.float32)), "must be uint8"),
+        (dict(video=roi[:, :50, :50]), "(T, H, W) with H, W >= 88"),
+        (dict(video=mp4, audio=samples[: 640 * 20]), "must agree within 2 frames"),
+        (dict(video="x" * 3), "xxx: no such file"),
+    ]
+    for kwargs, expected in cases:
+        with pytest.raises(InferenceError) as err:
+            tr(**kwargs)
+        assert expected in str(err.value), (kwargs, str(err.value))
+    with pytest.raises(InferenceError, match="modality must be one of"):
+        tr(audio=wav, modality="lips")
+
+
+def test_a_bad_item_in_a_batch_is_reported_and_the_others_returned(env, tmp_path):
+    tr = _transcriber(env)
+    (m0, w0), (m1, w1) = env["utts"][:2]
+    items = [TranscribeItem(video=m0, audio=w0),
+             TranscribeItem(video=tmp_path / "gone.mp4", audio=w1, key="gone"),
+             {"video": m1, "audio": w1}, TranscribeItem(audio=torch.full((9000,), float("inf")), key="inf")]
+    out = tr.transcribe_batch(items)
+    assert [r.key for r in out] == ["u0", "gone", "u1", "inf"]
+    assert [r.ok for r in out] == [True, False, True, False]
+    assert "gone.mp4: no such file" in out[1].error and out[1].text == ""
+    assert "inf: the audio array has NaN or infinite samples" in out[3].error
+    assert out[0].tokens == tr(video=m0, audio=w0).tokens
+    with pytest.raises(InferenceError) as err:
+        tr.transcribe_batch(items, strict=True)
+    assert "gone.mp4" in str(err.value) and "inf:" in str(err.value)
+    with pytest.raises(InferenceError, match="unknown field"):
+        tr.transcribe_batch([{"vid": m0}])
+
+
+def test_bare_paths_take_the_streams_the_file_has(env, tmp_path):
+    from avsr.data.media import write_av_video
+
+    tr = _transcriber(env)
+    mp4, wav = env["utts"][3]
+    both = tmp_path / "both.mp4"
+    write_av_video(both, read_video(mp4).numpy(), read_wav(wav))
+    out = tr.transcribe_batch([both, wav, mp4])
+    assert [r.modality for r in out] == ["audiovisual", "audio", "video"]
+    assert all(r.ok for r in out)
