@@ -1,23 +1,76 @@
-"""YAML configuration files mapped onto dataclasses.
+"""YAML configuration files mapped onto typed dataclasses.
 
 Every configurable part of avsr is a dataclass whose field names are the hyper-parameter names of
 AV-HuBERT/fairseq (``encoder_embed_dim``, ``feature_grad_mult``, ...). A YAML file is read with
-:func:`load_yaml`, and a mapping is turned into a dataclass with :func:`from_dict`, which refuses
-unknown (misspelt) keys and names the key, the dataclass and the file it came from.
+:func:`load_yaml` and a mapping is turned into a dataclass with :func:`from_dict`, which
+
+* refuses unknown (misspelt) keys, naming the key, the dataclass and the file it came from;
+* checks every value against the field's declared type: ``int`` (an integral float such as ``1e4`` is taken
+  as its integer), ``float`` (an integer is taken as a float), ``bool`` (``true``/``false`` only), ``str``,
+  ``list[X]`` / ``tuple[X, ...]``, ``X | None`` and nested dataclasses; a string where a number or a
+  boolean is declared, or a list where a scalar is, is a :class:`ConfigError` naming the key, the value, the
+  expected type and the file;
+* checks the ranges of the fields named in :data:`FIELD_RANGES` (probabilities in [0, 1], positive sizes
+  and learning rates, non-empty SNR lists).
+
+YAML is read with the YAML 1.2 core schema's scalars: ``3e-3`` and ``1e4`` are floats (PyYAML's YAML 1.1
+rules read them as strings), and only ``true``/``false`` are booleans (``yes``/``no``/``on``/``off`` stay
+strings, so they are refused where a boolean is declared).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import numbers
 import os
-from collections.abc import Mapping
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
 T = TypeVar("T")
+
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with the YAML 1.2 core schema's booleans and floats."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL_TAG, _FLOAT_TAG)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_Loader.add_implicit_resolver(
+    _FLOAT_TAG,
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?
+        |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str, where: str = "<string>") -> Any:
+    """YAML text -> Python objects with the scalars described in the module docstring.
+
+    Raises:
+        ConfigError: not valid YAML (names ``where``).
+    """
+    try:
+        return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{where}: not valid YAML: {e}") from e
 
 
 class ConfigError(ValueError):
@@ -40,10 +93,10 @@ def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from e
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read: {e}") from e
+    data = parse_yaml(text, str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -68,9 +121,11 @@ def check_keys(mapping: Mapping[str, Any], allowed: set[str] | list[str], where:
 
 
 def from_dict(cls: type[T], mapping: Mapping[str, Any] | None, where: str = "<dict>") -> T:
-    """Build the dataclass ``cls`` from ``mapping``, refusing unknown keys.
+    """Build the dataclass ``cls`` from ``mapping``, refusing unknown keys and values of the wrong type.
 
-    Nested dataclass fields are built recursively from nested mappings.
+    Nested dataclass fields are built recursively from nested mappings. Values are converted where the
+    module docstring says (integral floats to ``int``, integers to ``float``, lists to tuples for tuple
+    fields).
 
     Args:
         cls: a dataclass type.
@@ -78,34 +133,139 @@ def from_dict(cls: type[T], mapping: Mapping[str, Any] | None, where: str = "<di
         where: the origin of ``mapping`` (a file name, a key path) used in error messages.
 
     Raises:
-        ConfigError: a key is not a field of ``cls``.
+        ConfigError: a key is not a field of ``cls``; a value of the wrong type or out of its range (the
+            message names the key, the value, what was expected and ``where``).
     """
+    if mapping is not None and not isinstance(mapping, Mapping):
+        raise ConfigError(f"{where}: expected a mapping of {cls.__name__} options, got "
+                          f"{type(mapping).__name__} {mapping!r}")
     mapping = dict(mapping or {})
     fields = {f.name: f for f in dataclasses.fields(cls)}
     check_keys(mapping, set(fields), where)
-    kwargs = {}
-    for key, value in mapping.items():
-        ftype = fields[key].type
-        sub = _dataclass_type(cls, key, ftype)
-        if sub is not None and isinstance(value, Mapping):
-            value = from_dict(sub, value, f"{where}: {key}")
-        kwargs[key] = value
+    hints = _type_hints(cls)
+    kwargs = {key: check_value(value, hints.get(key, Any), key, where) for key, value in mapping.items()}
     try:
         return cls(**kwargs)
+    except ConfigError as e:
+        if str(e).startswith(where):
+            raise
+        raise ConfigError(f"{where}: {e}") from e
     except (TypeError, ValueError) as e:
         raise ConfigError(f"{where}: {e}") from e
 
 
-def _dataclass_type(cls: type, name: str, ftype: Any) -> type | None:
-    """The dataclass type of field ``name`` of ``cls`` if it is one (resolving string annotations)."""
-    if isinstance(ftype, str):
-        import typing
+def _type_hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # an annotation that cannot be resolved: no type checks for this class
+        return {}
 
-        try:
-            ftype = typing.get_type_hints(cls).get(name, ftype)
-        except Exception:
+
+def _type_name(tp: Any) -> str:
+    names = {int: "an integer", float: "a number", bool: "true or false", str: "a string", type(None): "null"}
+    return names.get(tp, str(tp).replace("typing.", ""))
+
+
+def check_value(value: Any, tp: Any, key: str, where: str) -> Any:
+    """``value`` checked against the type annotation ``tp`` and, by ``key``, :data:`FIELD_RANGES`.
+
+    Returns:
+        the value, converted as the module docstring says.
+
+    Raises:
+        ConfigError: naming ``key``, the value, the expected type or range and ``where``.
+    """
+    value = _check_type(value, tp, key, where)
+    rule = FIELD_RANGES.get(key)
+    if rule is None or value is None:
+        return value
+    ok, expected = rule
+    if expected == NON_EMPTY:
+        good = ok(value)
+    else:
+        values = value if isinstance(value, (list, tuple)) else [value]
+        good = all(not isinstance(v, numbers.Real) or ok(v) for v in values)
+    if not good:
+        raise ConfigError(f"{where}: {key}: expected {expected}, got {value!r}")
+    return value
+
+
+def _bad(value: Any, tp: Any, key: str, where: str) -> ConfigError:
+    return ConfigError(f"{where}: {key}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+
+
+def _check_type(value: Any, tp: Any, key: str, where: str) -> Any:
+    """``value`` as the annotation ``tp`` declares it (see the module docstring), or ConfigError."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any or tp is object:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
             return None
-    return ftype if dataclasses.is_dataclass(ftype) else None
+        for alt in (a for a in args if a is not type(None)):
+            try:
+                return _check_type(value, alt, key, where)
+            except ConfigError:
+                pass
+        raise _bad(value, tp, key, where)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if isinstance(value, Mapping):
+            return from_dict(tp, value, f"{where}: {key}")
+        raise _bad(value, tp, key, where)
+    is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if tp is bool and isinstance(value, bool):
+        return value
+    if tp is int and is_number and float(value).is_integer():
+        return int(value)
+    if tp is float and is_number:
+        return float(value)
+    if tp is str and isinstance(value, str):
+        return value
+    if tp in (bool, int, float, str):
+        raise _bad(value, tp, key, where)
+    if origin in (list, tuple, Sequence) or tp in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise _bad(value, tp, key, where)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(value) != len(args):
+                raise ConfigError(f"{where}: {key}: expected {len(args)} values ({_type_name(tp)}), got "
+                                  f"{value!r}")
+            return tuple(_check_type(v, a, key, where) for v, a in zip(value, args))
+        items = [_check_type(v, args[0] if args else Any, key, where) for v in value]
+        return tuple(items) if tuple in (origin, tp) else items
+    if origin in (dict, Mapping) or tp in (dict, Mapping):
+        if not isinstance(value, Mapping):
+            raise _bad(value, tp, key, where)
+        return value
+    return value  # other annotations (objects passed from Python, e.g. a NoiseSource) are not checked here
+
+
+def _unit(v: float) -> bool:
+    return 0.0 <= v <= 1.0
+
+
+#: the expectation of list fields that must not be empty (:data:`FIELD_RANGES`).
+NON_EMPTY = "a non-empty list"
+
+#: value ranges by field name, for every config class: ``key -> (predicate, what is expected)``; a list
+#: value is checked element by element (except for :data:`NON_EMPTY` rules, which see the whole list).
+FIELD_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    **{name: (_unit, "a probability in [0, 1]") for name in (
+        "dropout", "dropout_input", "dropout_features", "attention_dropout", "activation_dropout",
+        "encoder_layerdrop", "decoder_layerdrop", "modality_dropout", "audio_dropout", "noise_prob",
+        "noise_prob_audio_only", "mask_prob_audio", "mask_prob_image", "ctc_weight", "final_lr_scale",
+        "label_memory_momentum")},
+    **{name: (lambda v: v > 0, "a number > 0") for name in (
+        "lr", "max_epoch", "batch_frames", "max_batch_size", "accum_grad", "beam_size", "logit_temp",
+        "label_rate", "sample_rate", "pre_beam_ratio", "log_interval", "speed_perturb", "mask_length_audio",
+        "mask_length_image")},
+    **{name: (lambda v: v >= 0, "a number >= 0") for name in (
+        "weight_decay", "warmup_steps", "grad_clip", "num_workers", "keep_nbest", "freeze_finetune_updates",
+        "valid_interval", "num_freq_mask", "freq_mask_width", "minlenratio", "feature_grad_mult")},
+    "noise_snr_db": (lambda v: len(v) > 0, NON_EMPTY),
+}
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

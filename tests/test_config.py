@@ -1,0 +1,138 @@
+"""Typed configuration: every field of every config class refuses values of the wrong type, naming the key,
+the value and the file; YAML 1.2 numbers and booleans; value ranges."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import types
+import typing
+
+import pytest
+
+import avsr
+from avsr.config import ConfigError, from_dict, load_yaml, parse_yaml
+
+
+def _config_classes() -> list[type]:
+    """Every dataclass named ``*Config`` in the package whose fields all have defaults (the classes that
+    YAML files and dicts are read into)."""
+    found = {}
+    for info in pkgutil.walk_packages(avsr.__path__, "avsr."):
+        if info.name.startswith("avsr.espnet"):
+            continue  # needs espnet
+        try:
+            module = importlib.import_module(info.name)
+        except ImportError:  # an optional extra (mediapipe) that is not installed
+            continue
+        for value in vars(module).values():
+            if (isinstance(value, type) and dataclasses.is_dataclass(value)
+                    and value.__name__.endswith("Config") and value.__module__.startswith("avsr")):
+                fields = dataclasses.fields(value)
+                if all(f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+                       for f in fields):
+                    found[f"{value.__module__}.{value.__name__}"] = value
+    return [found[k] for k in sorted(found)]
+
+
+CLASSES = _config_classes()
+
+
+def test_the_yaml_read_config_classes_are_all_walked():
+    names = {c.__name__ for c in CLASSES}
+    assert {"AVHubertEncoderConfig", "TransformerDecoderConfig", "AVSRModelConfig", "AVHubertPretrainConfig",
+            "DecodeConfig", "TrainConfig", "KMeansConfig"} <= names
+
+
+def _wrong_values(tp) -> list:
+    """Values that a field annotated ``tp`` must refuse."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _wrong_values(inner[0]) if len(inner) == 1 else ["?"]
+    if tp is bool:
+        return ["yes", "false", 1, [True]]
+    if tp is int:
+        return ["5", 2.5, True, [1]]
+    if tp is float:
+        return ["0.5", "3e-3", True, [0.5]]
+    if tp is str:
+        return [5, ["a"], True]
+    if origin in (list, tuple):
+        return ["x", 5, {"a": 1}]
+    return []
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+def test_every_field_refuses_the_wrong_type_naming_key_value_and_file(cls):
+    hints = typing.get_type_hints(cls)
+    checked = 0
+    for f in dataclasses.fields(cls):
+        for bad in _wrong_values(hints[f.name]):
+            with pytest.raises(ConfigError) as err:
+                from_dict(cls, {f.name: bad}, "conf/x.yaml")
+            message = str(err.value)
+            assert "conf/x.yaml" in message and f.name in message and repr(bad) in message, message
+            checked += 1
+        # the default itself is accepted
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        assert getattr(from_dict(cls, {f.name: default}, "conf/x.yaml"), f.name) == default
+    assert checked > 0
+
+
+def test_yaml_numbers_and_booleans_follow_yaml_1_2(tmp_path):
+    from avsr.train.trainer import load_train_config
+
+    assert parse_yaml("a: 3e-3\nb: 1e4\nc: yes\nd: true\ne: 5\nf: .5") == {
+        "a": 0.003, "b": 10000.0, "c": "yes", "d": True, "e": 5, "f": 0.5}
+    path = tmp_path / "train.yaml"
+    path.write_text("lr: 3e-3\nwarmup_steps: 1e3\nnoise_snr_db: [0, 5]\nbetas: [0.9, 0.98]\n")
+    cfg, _ = load_train_config(path)
+    assert cfg.lr == 0.003 and isinstance(cfg.lr, float)
+    assert cfg.warmup_steps == 1000 and isinstance(cfg.warmup_steps, int)
+    assert cfg.noise_snr_db == [0.0, 5.0] and cfg.betas == (0.9, 0.98)
+    for text, expected in [
+        ('noise_snr_db: "5"', "noise_snr_db: expected"),
+        ("noise_snr_db: []", "noise_snr_db: expected a non-empty list"),
+        ("lr: -0.001", "lr: expected a number > 0, got -0.001"),
+        ("noise_prob: 1.5", "noise_prob: expected a probability in [0, 1], got 1.5"),
+        ("use_amp: yes", "use_amp: expected true or false, got 'yes'"),
+        ("warmup_steps: 2.5", "warmup_steps: expected an integer, got 2.5"),
+        ("max_epoch: [3]", "max_epoch: expected an integer, got [3]"),
+        ("betas: [0.9]", "betas: expected 2 values"),
+    ]:
+        path.write_text(text + "\n")
+        with pytest.raises(ConfigError) as err:
+            load_train_config(path)
+        assert str(path) in str(err.value) and expected in str(err.value), str(err.value)
+
+
+def test_model_yaml_values_are_typed_and_named_with_the_file(tmp_path):
+    from avsr.models.asr import AVSRModel
+
+    path = tmp_path / "model.yaml"
+    path.write_text("vocab_size: 10\nencoder_conf:\n  encoder_layers: 1\n  encoder_embed_dim: 16\n"
+                    "  encoder_attention_heads: 2\n  conv_pos_groups: 4\n  conv_pos: 4\n"
+                    "  resnet_widths: [4, 4, 4, 4]\nmodel_conf:\n  length_normalized_loss: \"false\"\n")
+    with pytest.raises(ConfigError) as err:
+        AVSRModel.from_yaml(path)
+    assert str(path) in str(err.value) and "length_normalized_loss" in str(err.value)
+    path.write_text(path.read_text().replace('length_normalized_loss: "false"', "ctc_weight: 1.5"))
+    with pytest.raises(ConfigError, match=r"ctc_weight: expected a probability in \[0, 1\], got 1.5"):
+        AVSRModel.from_yaml(path)
+    path.write_text(path.read_text().replace("ctc_weight: 1.5", "ctc_weight: 0.5").replace(
+        "encoder_layers: 1", "encoder_layers: '2'"))
+    with pytest.raises(ConfigError, match="encoder_layers: expected an integer, got '2'"):
+        AVSRModel.from_yaml(path)
+
+
+def test_a_mapping_is_required_where_a_section_is(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_yaml(path)
+    from avsr.decode.beam_search import DecodeConfig
+
+    with pytest.raises(ConfigError, match="expected a mapping of DecodeConfig options"):
+        from_dict(DecodeConfig, ["beam_size", 3], "somewhere")
