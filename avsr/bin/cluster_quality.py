@@ -18,8 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 
+from avsr.bin.runner import tool
 from avsr.clustering.quality import SILENCE, label_quality, results_header, results_row
 from avsr.fileio import write_text_atomic
 
@@ -49,7 +51,8 @@ def report(paths: list[Path]) -> str:
             + results_header() + "\n" + "\n".join(rows) + "\n")
 
 
-def main(argv: list[str] | None = None) -> None:
+@tool("avsr-cluster-quality")
+def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group(required=True)
@@ -76,4 +79,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,10 +19,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from avsr.bin.runner import tool
 
 logger = logging.getLogger("avsr.convert")
 
@@ -78,7 +81,8 @@ def convert(src: str | Path, dst: str | Path, config_out: str | Path | None = No
     return model_config
 
 
-def main(argv: list[str] | None = None) -> None:
+@tool("avsr-convert")
+def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", type=Path, help="official AV-HuBERT checkpoint (or an avsr one)")
@@ -97,4 +101,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

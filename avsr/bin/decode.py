@@ -29,18 +29,21 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 
 import torch
 
+from avsr.bin.runner import tool
 from avsr.data.datadir import read_datadir, write_kaldi_map
 from avsr.inference import MODALITY_INPUTS, PRECISIONS, Transcriber
 
 logger = logging.getLogger("avsr.decode")
 
 
-def main(argv: list[str] | None = None) -> None:
+@tool("avsr-decode")
+def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--exp-dir", type=Path, default=None, help="training dir (needed without --checkpoint)")
@@ -130,4 +133,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

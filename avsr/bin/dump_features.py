@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import torch
 
+from avsr.bin.runner import tool
 from avsr.clustering.extract import MODALITIES, LayerExtractor, MfccExtractor, load_encoder
 from avsr.clustering.shards import dump_shard
 from avsr.data.datadir import read_datadir
@@ -31,7 +33,8 @@ from avsr.data.datadir import read_datadir
 logger = logging.getLogger("avsr.dump_features")
 
 
-def main(argv: list[str] | None = None) -> None:
+@tool("avsr-dump-features")
+def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data-dir", required=True, type=Path, help="Kaldi-style data dir (wav.scp, video.scp)")
@@ -75,4 +78,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
 import torch
 
+from avsr.bin.runner import tool
 from avsr.clustering.kmeans import KMeansConfig, fit_kmeans, sample_features, write_kmeans_labels
 from avsr.clustering.shards import FeatureDumpError, find_shards, read_shard
 
@@ -53,7 +55,8 @@ def _apply(args: argparse.Namespace) -> None:
     write_kmeans_labels(shards, args.km, args.data_dir, args.name, args.device)
 
 
-def main(argv: list[str] | None = None) -> None:
+@tool("avsr-kmeans")
+def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
@@ -86,4 +89,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

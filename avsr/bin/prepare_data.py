@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import sys
 from pathlib import Path
 
 import soundfile as sf
 
+from avsr.bin.runner import tool
 from avsr.data.datadir import DataDirError, Utterance, write_datadir
 from avsr.features import SAMPLES_PER_FRAME
 
@@ -66,7 +68,8 @@ def scan_split(split_dir: Path) -> list[Utterance]:
     return utts
 
 
-def main(argv: list[str] | None = None) -> None:
+@tool("avsr-prepare-data")
+def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", required=True, type=Path, help="corpus root (<split>/<speaker>/<utt>.*)")
@@ -88,4 +91,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
+from avsr.bin.runner import tool
 from avsr.fileio import write_text_atomic
 
 logger = logging.getLogger("avsr.bin.preprocess_roi")
@@ -253,7 +254,8 @@ def _write_failures(path: Path, failures: list[tuple[str, str]]) -> None:
     write_text_atomic(path, "".join(f"{name}\t{reason}\n" for name, reason in failures))
 
 
-def main(argv: list[str] | None = None) -> int:
+@tool("avsr-preprocess-roi")
+def main(argv: list[str] | None = None) -> int | None:
     """Entry point of ``python -m avsr.bin.preprocess_roi`` and ``avsr preprocess-roi``: the exit status."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -27,10 +27,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from avsr.bin.runner import tool
 from avsr.decode.scoring import ScoringError, collect_decode_dir, write_results
 
 
-def main(argv: list[str] | None = None) -> int:
+@tool("avsr-score")
+def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring). Returns the exit status."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
@@ -42,32 +44,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--notes", default="", help="free text for the environment section of RESULTS.md")
     p.add_argument("--title", default="Results", help="heading of RESULTS.md")
     args = p.parse_args(argv)
-    try:
-        if args.decode_dir is not None:
-            rows = collect_decode_dir(args.decode_dir)
-        else:
-            rows = []
-            for spec in args.system:
-                name, sep, path = spec.partition("=")
-                if not sep or not name or not path:
-                    raise ScoringError(f"--system must be NAME=DECODE_DIR, got {spec!r}")
-                rows += [{"system": name, **r} for r in collect_decode_dir(path)]
-        extra = []
-        for f in args.append:
-            if not f.is_file():
-                raise ScoringError(f"--append: file not found: {f}")
-            extra.append(f.read_text(encoding="utf-8"))
-        path = write_results(args.out, rows, notes=args.notes, title=args.title, extra_md="\n\n".join(extra))
-    except ScoringError as e:
-        print(f"avsr.bin.score: error: {e}", file=sys.stderr)
-        return 1
+    if args.decode_dir is not None:
+        rows = collect_decode_dir(args.decode_dir)
+    else:
+        rows = []
+        for spec in args.system:
+            name, sep, path = spec.partition("=")
+            if not sep or not name or not path:
+                raise ScoringError(f"--system must be NAME=DECODE_DIR, got {spec!r}")
+            rows += [{"system": name, **r} for r in collect_decode_dir(path)]
+    extra = []
+    for f in args.append:
+        if not f.is_file():
+            raise ScoringError(f"--append: file not found: {f}")
+        extra.append(f.read_text(encoding="utf-8"))
+    path = write_results(args.out, rows, notes=args.notes, title=args.title, extra_md="\n\n".join(extra))
     for r in rows:
         snr = "" if r["snr_db"] is None else f"{r['snr_db']:g} dB"
         print(
             f"{r['system'] + '  ' if 'system' in r else ''}{r['test_set']:<12} {r['modality']:<12} "
             f"{r['noise']:<8} {snr:>7}  "
             f"WER {r['wer']:6.2f}%  "
-            f"({r['num_words']} words, {r['num_utts']} utts)"
+            f"({r['num_words']} words, {r['num_utts']} utts"
+            + (f", {r['num_failed']} FAILED: counted as deleted)" if r.get("num_failed") else ")")
         )
     print(Path(path).resolve())
     return 0

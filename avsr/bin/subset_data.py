@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import sys
 from pathlib import Path
 
 import torch
 
+from avsr.bin.runner import tool
 from avsr.data.datadir import Utterance, read_datadir, write_datadir
 
 logger = logging.getLogger("avsr.subset_data")
@@ -47,7 +49,8 @@ def choose_subset(utts: list[Utterance], num: int, seed: int = 0) -> list[Uttera
     return sorted((utts[i] for i in chosen), key=lambda u: u.utt_id)
 
 
-def main(argv: list[str] | None = None) -> None:
+@tool("avsr-subset-data")
+def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--src", required=True, type=Path, help="source data dir")
@@ -74,4 +77,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -12,6 +12,7 @@ import argparse
 import logging
 import sys
 
+from avsr.bin.runner import UsageError, tool
 from avsr.data.synthgrid.festival import FestivalError
 from avsr.data.synthgrid.generate import SynthGridConfig, generate
 
@@ -57,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+@tool("avsr-synthgrid")
+def main(argv: list[str] | None = None) -> int | None:
     """Entry point of ``python -m avsr.bin.synthgrid`` / ``avsr-synthgrid``; returns the exit status."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -77,9 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         generate(args.out, config, nj=args.nj, batch_size=args.batch_size, progress=not args.no_progress)
-    except (ValueError, FestivalError) as exc:  # bad options, another corpus in --out, festival, media errors
-        logging.getLogger("avsr.bin.synthgrid").error("%s", exc)
-        return 1
+    except FestivalError:
+        raise  # a data/runtime error (avsr.bin.runner)
+    except ValueError as exc:  # bad options, or another corpus already in --out
+        raise UsageError(str(exc)) from exc
     return 0
 
 

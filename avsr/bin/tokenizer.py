@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
+from avsr.bin.runner import tool
 from avsr.data.datadir import read_kaldi_map
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 
 logger = logging.getLogger("avsr.tokenizer")
 
 
-def main(argv: list[str] | None = None) -> None:
+@tool("avsr-tokenizer")
+def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--text", required=True, type=Path, help="Kaldi text file (<utt-id> <transcript>)")
@@ -43,4 +46,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -24,11 +24,13 @@ import argparse
 import dataclasses
 import logging
 import shutil
+import sys
 from pathlib import Path
 
 import torch
 import yaml
 
+from avsr.bin.runner import tool
 from avsr.config import ConfigError
 from avsr.data.datadir import read_datadir
 from avsr.data.dataset import AVDataset, LabelSet
@@ -91,7 +93,8 @@ def init_encoder(model: torch.nn.Module, path: Path) -> None:
     logger.info("encoder initialised from %s (%d tensors)", path, len(enc))
 
 
-def main(argv: list[str] | None = None) -> None:
+@tool("avsr-train")
+def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring)."""
     from avsr.models.asr import AVSRModel
 
@@ -175,4 +178,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from avsr.bin.runner import tool
 from avsr.fileio import write_text_atomic
 from avsr.inference import MODALITY_INPUTS, PRECISIONS, InferenceError, TranscribeItem, Transcriber
 
@@ -62,7 +63,8 @@ def collect_inputs(paths: list[Path]) -> list[Path]:
     return files
 
 
-def main(argv: list[str] | None = None) -> int:
+@tool("avsr-transcribe")
+def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring). Returns the exit status."""
     p = argparse.ArgumentParser(
         prog="avsr transcribe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -102,23 +104,19 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--device cuda but CUDA is not available")
     if args.device == "cpu":
         torch.set_num_threads(args.num_threads)
-    try:
-        files = collect_inputs(args.inputs)
-        transcriber = Transcriber.from_pretrained(
-            args.checkpoint, bpemodel=args.bpemodel, device=args.device, decode_config=args.decode_config,
-            average_nbest=args.average_nbest, precision=args.precision)
-        if args.beam_size is not None:
-            transcriber.config = dataclasses.replace(transcriber.config, beam_size=args.beam_size)
-        items = [TranscribeItem(video=f, audio=f, key=f.stem) for f in files]
-        results = transcriber.transcribe_batch(items, modality=args.modality, noise=args.noise,
-                                               snr_db=args.snr_db, work_dir=args.work_dir)
-    except (InferenceError, FileNotFoundError, ValueError, RuntimeError) as exc:
-        print(f"avsr transcribe: error: {exc}", file=sys.stderr)
-        return 1
+    files = collect_inputs(args.inputs)
+    transcriber = Transcriber.from_pretrained(
+        args.checkpoint, bpemodel=args.bpemodel, device=args.device, decode_config=args.decode_config,
+        average_nbest=args.average_nbest, precision=args.precision)
+    if args.beam_size is not None:
+        transcriber.config = dataclasses.replace(transcriber.config, beam_size=args.beam_size)
+    items = [TranscribeItem(video=f, audio=f, key=f.stem) for f in files]
+    results = transcriber.transcribe_batch(items, modality=args.modality, noise=args.noise,
+                                           snr_db=args.snr_db, work_dir=args.work_dir)
     rows = []
     for src, result in zip(files, results):
         if not result.ok:
-            print(f"avsr transcribe: error: {result.error}", file=sys.stderr)
+            print(f"avsr-transcribe: error: {result.error}", file=sys.stderr)
             rows.append({"file": str(src), "error": result.error})
             continue
         print(f"{src}\t{result.text}", flush=True)

@@ -10,6 +10,7 @@ Decode-dir layout read by :func:`collect_decode_dir` (written by ``python -m avs
     DIR/<test_set>/<modality>/<condition>/
         hyp | text | hyp.trn     hypotheses (first one found, in that order)
         ref | ref.trn            references
+        failed                   utterances that could not be decoded, ``<utt-id> <reason>`` (optional)
 
 * ``<modality>``: ``audio``, ``video`` or ``audiovisual``;
 * ``<condition>``: ``clean``, or ``<noise>_<snr_db>`` (``babble_-5``, ``babble_10``, ``white_2.5``; the SNR
@@ -18,7 +19,9 @@ Decode-dir layout read by :func:`collect_decode_dir` (written by ``python -m avs
   empty transcript); ``*.trn``: sclite trn lines ``WORD WORD... (<utt-id>)``.
 
 Other files and sub-directories of a condition directory, and names starting with ``.``, are ignored.
-Every reference utterance needs a hypothesis and vice versa (:class:`ScoringError` names the utterance).
+Every reference utterance needs a hypothesis or a ``failed`` line, and every hypothesis a reference
+(:class:`ScoringError` names the utterance). A failed utterance counts as an empty hypothesis (all its
+reference words deleted), and the row says how many failed (``num_failed``).
 
 Outputs (:func:`write_results`, each file written atomically): ``results.json`` (list of rows, see
 :func:`score_condition`), ``RESULTS.md`` (tables and the environment) and ``wer_vs_snr.png``.
@@ -167,7 +170,8 @@ def score_condition(
 
     Returns:
         A results row: ``test_set, modality, noise, snr_db (None when clean), wer`` (percent),
-        ``num_words, num_utts, sub, del, ins``.
+        ``num_words, num_utts, sub, del, ins, num_failed`` (utterances that could not be decoded, counted
+        as empty hypotheses).
 
     Raises:
         ScoringError: missing hyp/ref file, unreadable file, missing/extra utterance, no reference word.
@@ -182,7 +186,16 @@ def score_condition(
             else "reference file (" + "|".join(REF_NAMES)
         )
         raise ScoringError(f"{cond_dir}: no {what})")
-    counts = word_errors(read_transcripts(ref), read_transcripts(hyp), where=f"{hyp} vs {ref}")
+    hyps = read_transcripts(hyp)
+    failed_file = cond_dir / "failed"
+    failed = read_transcripts(failed_file) if failed_file.is_file() else {}
+    both = sorted(set(failed) & set(hyps))
+    if both:
+        raise ScoringError(f"{failed_file}: utterance '{both[0]}' is listed as failed but has a hypothesis "
+                           f"in {hyp}")
+    # an utterance that could not be decoded counts as an empty hypothesis: all its words deleted
+    hyps.update(dict.fromkeys(failed, ""))
+    counts = word_errors(read_transcripts(ref), hyps, where=f"{hyp} vs {ref}")
     if counts["num_words"] == 0:
         raise ScoringError(f"{ref}: references have no words, WER undefined")
     errors = counts["sub"] + counts["del"] + counts["ins"]
@@ -193,6 +206,7 @@ def score_condition(
         "snr_db": snr_db,
         "wer": round(100.0 * errors / counts["num_words"], 4),
         **counts,
+        "num_failed": len(failed),
     }
 
 
@@ -345,15 +359,19 @@ def format_results_md(rows: list[dict[str, Any]], env: Mapping[str, str], title:
             )
         lines += [
             "",
-            "| modality | noise | SNR (dB) | WER (%) | sub | del | ins | words | utts |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+            "| modality | noise | SNR (dB) | WER (%) | sub | del | ins | words | utts | failed |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in sub:
             lines.append(
                 f"| {r['modality']} | {r['noise']} | {_fmt_snr(r['snr_db'])} | {r['wer']:.2f} | "
                 f"{r.get('sub', '-')} | {r.get('del', '-')} | {r.get('ins', '-')} | {r['num_words']} | "
-                f"{r['num_utts']} |"
+                f"{r['num_utts']} | {r.get('num_failed', 0)} |"
             )
+        failed = sum(r.get("num_failed", 0) for r in sub)
+        if failed:
+            lines += ["", f"**{failed} utterance decodings failed** (listed in the `failed` files of the "
+                      "decode directory); each counts as an empty hypothesis, all its words deleted."]
         lines.append("")
     if extra_md.strip():
         lines += [extra_md.strip(), ""]
