@@ -43,7 +43,6 @@ from torch.nn.utils.rnn import pad_sequence
 from tqdm import tqdm
 
 from avsr.compat import FairseqTokenizer, read_checkpoint, tokenizer_for
-from avsr.config import from_dict
 from avsr.data.datadir import Utterance
 from avsr.data.dataset import length_buckets
 from avsr.data.media import (
@@ -277,8 +276,7 @@ class Transcriber:
             return config
         if isinstance(config, (str, os.PathLike)):
             return DecodeConfig.from_yaml(config)
-        overrides = dict(config or {})
-        return from_dict(DecodeConfig, {**self.model.default_decode_options(), **overrides}, "decode options")
+        return self.model.search_config(None, **dict(config or {}))
 
     # --- loading ---------------------------------------------------------------------------------------
 

@@ -136,3 +136,25 @@ def test_a_mapping_is_required_where_a_section_is(tmp_path):
 
     with pytest.raises(ConfigError, match="expected a mapping of DecodeConfig options"):
         from_dict(DecodeConfig, ["beam_size", 3], "somewhere")
+
+
+def test_decode_fields_that_the_chosen_search_ignores_are_refused(tmp_path):
+    from avsr.decode.beam_search import DecodeConfig
+    from avsr.models.asr import AVSRModel
+
+    path = tmp_path / "decode.yaml"
+    path.write_text("search: fairseq\nctc_weight: 0.0\nbeam_size: 5\npenalty: 1.0\n")
+    with pytest.raises(ConfigError, match=r"decode.yaml: penalty is not used by search 'fairseq'"):
+        DecodeConfig.from_yaml(path)
+    path.write_text("beam_size: 5\nlenpen: 0.5\n")
+    with pytest.raises(ConfigError, match=r"lenpen is not used by search 'espnet'.*search: fairseq"):
+        DecodeConfig.from_yaml(path)
+    path.write_text("beam_size: 5\nctc_scoring: full\n")
+    assert DecodeConfig.from_yaml(path).ctc_scoring == "full"
+    model = AVSRModel(5, {"encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 2,
+                          "conv_pos": 4, "conv_pos_groups": 4, "resnet_widths": [4, 4, 4, 4]},
+                      {"decoder_layers": 1, "decoder_embed_dim": 16, "decoder_attention_heads": 2,
+                       "decoder_ffn_embed_dim": 16})
+    with pytest.raises(ConfigError, match="max_len_b is not used by search 'espnet'"):
+        model.search_config(DecodeConfig(), max_len_b=3)
+    assert model.search_config(DecodeConfig(), beam_size=3).beam_size == 3

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from avsr.config import from_dict, load_yaml
+from avsr.config import ConfigError, from_dict, load_yaml
 from avsr.decode.ctc_prefix_score import CTCPrefixScorer
 from avsr.decode.fairseq_search import fairseq_beam_search
 from avsr.decode.hypothesis import Hypothesis
@@ -40,6 +42,13 @@ from avsr.nn.decoder import TransformerDecoder
 __all__ = ["DecodeConfig", "Hypothesis", "batch_beam_search", "ctc_greedy_decode", "load_decode_config"]
 
 NEG_INF = float("-inf")
+#: the fields of :class:`DecodeConfig` each search reads (besides ``search``).
+SEARCH_FIELDS: dict[str, tuple[str, ...]] = {
+    "espnet": ("beam_size", "ctc_weight", "penalty", "maxlenratio", "minlenratio", "nbest", "ctc_scoring",
+               "pre_beam_ratio"),
+    "fairseq": ("beam_size", "ctc_weight", "nbest", "lenpen", "max_len_a", "max_len_b", "min_len", "unkpen",
+                "normalize_scores"),
+}
 END_DETECT_M = 3  # ESPnet end_detect: number of recent lengths checked
 END_DETECT_D = -10.0  # ESPnet end_detect: log(1 * exp(-10))
 
@@ -118,9 +127,37 @@ class DecodeConfig:
         """Read a ``conf/decode/*.yaml`` file (its top level holds the fields); ``overrides`` win.
 
         Raises:
-            avsr.config.ConfigError: missing/invalid file, unknown key (named with the file), bad value.
+            avsr.config.ConfigError: missing/invalid file, unknown key (named with the file), bad value, a
+                field the chosen search does not read (:meth:`from_mapping`).
         """
-        return from_dict(cls, {**load_yaml(path), **overrides}, str(path))
+        return cls.from_mapping({**load_yaml(path), **overrides}, str(path))
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any], where: str = "decode options") -> DecodeConfig:
+        """:func:`avsr.config.from_dict` plus :meth:`check_fields` on the keys given.
+
+        Raises:
+            avsr.config.ConfigError: unknown key, bad value, or a key the chosen search ignores (named).
+        """
+        config = from_dict(cls, mapping, where)
+        config.check_fields(mapping, where)
+        return config
+
+    def check_fields(self, keys: Iterable[str], where: str = "decode options") -> None:
+        """Refuse fields that this config's ``search`` does not read (:data:`SEARCH_FIELDS`): setting one
+        would silently change nothing.
+
+        Raises:
+            avsr.config.ConfigError: names the first such field, the search and the file (``where``).
+        """
+        used = SEARCH_FIELDS[self.search]
+        ignored = sorted(k for k in keys if k != "search" and k not in used)
+        if ignored:
+            other = next(s for s in SEARCH_FIELDS if s != self.search)
+            raise ConfigError(
+                f"{where}: {ignored[0]} is not used by search '{self.search}' (it reads {', '.join(used)}); "
+                f"remove it, or set search: {other} if that is the search it belongs to"
+            )
 
 
 def _max_min_lengths(lens: Tensor, cfg: DecodeConfig) -> tuple[Tensor, Tensor]:
@@ -348,4 +385,4 @@ def load_decode_config(path: str | os.PathLike | None = None, **overrides) -> De
     """
     if path is not None:
         return DecodeConfig.from_yaml(path, **overrides)
-    return from_dict(DecodeConfig, overrides, "decode options")
+    return DecodeConfig.from_mapping(overrides, "decode options")

@@ -294,10 +294,13 @@ class AVSRModel(nn.Module):
         """``config`` (or :meth:`default_decode_options` when None) with ``overrides`` applied.
 
         Raises:
-            avsr.config.ConfigError: unknown override or bad value.
+            avsr.config.ConfigError: unknown override, bad value, or a field the search does not read.
         """
-        base = to_dict(config) if config is not None else self.default_decode_options()
-        return from_dict(DecodeConfig, {**base, **overrides}, "decode options")
+        if config is None:
+            return DecodeConfig.from_mapping({**self.default_decode_options(), **overrides})
+        merged = from_dict(DecodeConfig, {**to_dict(config), **overrides}, "decode options")
+        merged.check_fields(overrides)
+        return merged
 
     @torch.no_grad()
     def search(self, enc: Tensor, enc_lens: Tensor, config: DecodeConfig, ctc_logp: Tensor | None = None,
