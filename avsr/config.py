@@ -271,3 +271,15 @@ FIELD_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 def to_dict(obj: Any) -> dict[str, Any]:
     """A dataclass instance as a plain (YAML-serialisable) dict."""
     return dataclasses.asdict(obj)
+
+
+def config_path(name_or_path: str | os.PathLike, kind: str) -> Path:
+    """The YAML file of a configuration given by path (names of shipped configs: see the packaging work).
+
+    Raises:
+        ConfigError: no such file.
+    """
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise ConfigError(f"{kind} config not found: {path}")
+    return path

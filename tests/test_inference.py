@@ -261,3 +261,37 @@ def test_bare_paths_take_the_streams_the_file_has(env, tmp_path):
     out = tr.transcribe_batch([both, wav, mp4])
     assert [r.modality for r in out] == ["audiovisual", "audio", "video"]
     assert all(r.ok for r in out)
+
+
+def test_the_decoding_stage_reports_bad_utterances_and_guards_its_results(env, tmp_path, capsys):
+    from avsr.bin.decode import main as decode
+    from avsr.data.datadir import Utterance, write_datadir
+    from avsr.decode.scoring import collect_decode_dir
+
+    utts = [Utterance(f"spk-u{i}", "spk", wav=str(w), video=str(v), text="BIN BLUE AT F TWO NOW")
+            for i, (v, w) in enumerate(env["utts"])]
+    utts.append(Utterance("spk-gone", "spk", wav=str(env["utts"][0][1]), video=str(tmp_path / "gone.mp4"),
+                          text="LAY RED BY G NINE SOON"))
+    write_datadir(tmp_path / "data", utts)
+    decode_yaml = tmp_path / "decode.yaml"
+    decode_yaml.write_text("beam_size: 2\nctc_weight: 0.3\nmaxlenratio: 0.3\nminlenratio: 0.1\n")
+    args = ["--exp-dir", str(env["exp"]), "--data", str(tmp_path / "data"), "--test-set", "t",
+            "--decode-config", str(decode_yaml), "--modalities", "audiovisual",
+            "--out", str(tmp_path / "dec"), "--noise-file", str(env["noise"]), "--snrs", "0"]
+    assert decode(args) == 0
+    clean = tmp_path / "dec/t/audiovisual/clean"
+    failed = (clean / "failed").read_text()
+    assert failed.startswith("spk-gone ") and "gone.mp4" in failed
+    hyps = (clean / "hyp").read_text().splitlines()
+    assert [h.split()[0] for h in hyps] == [f"spk-u{i}" for i in range(4)]
+    rows = {r["noise"]: r for r in collect_decode_dir(tmp_path / "dec")}
+    assert rows["clean"]["num_failed"] == 1 and rows["clean"]["num_utts"] == 5  # counted, all words deleted
+    before = (clean / "hyp").stat().st_mtime_ns
+    assert decode(args) == 0 and (clean / "hyp").stat().st_mtime_ns == before  # resumed: nothing to do
+    decode_yaml.write_text("beam_size: 3\nctc_weight: 0.3\nmaxlenratio: 0.3\nminlenratio: 0.1\n")
+    capsys.readouterr()
+    assert decode(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("avsr-decode: error:") and "decode_config differ" in err and "--overwrite" in err
+    assert len(err.splitlines()) == 1
+    assert decode([*args, "--overwrite"]) == 0 and (clean / "hyp").stat().st_mtime_ns != before

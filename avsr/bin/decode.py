@@ -4,12 +4,15 @@ For each modality (``audio``, ``video``, ``audiovisual``) and condition (``clean
 each SNR when a noise file is given) the tool writes ``<out>/<test_set>/<modality>/<condition>/hyp`` and
 ``ref`` (Kaldi text: ``<utt-id> WORDS``), each atomically, and ``failed`` (``<utt-id> <reason>``) when some
 utterances could not be decoded (they are reported and skipped, the others decoded). A condition whose
-``hyp`` exists is skipped, so an interrupted decoding resumes. All decoding goes through
-:class:`avsr.inference.Transcriber` (the same path as ``avsr transcribe`` and Python users): the noise
-segment and the SNR of an utterance are a function of its id, so every run decodes the same noisy audio.
-Video-only input does not depend on the audio noise: it is decoded once and its hypotheses are written for
-every condition. Audio-visual decoding runs the video front-end once per utterance and reuses its output in
-every noise condition (the Transcriber's ``video_cache``).
+``hyp`` exists is skipped, so an interrupted decoding resumes -- when the settings match: each modality
+directory records them in ``decode_settings.yaml`` (model, checkpoints chosen with their sizes and times,
+tokenizer, decoding configuration, data dir, noise file, precision), and a directory holding results made with
+other settings is refused with the differing keys named, or cleared and decoded anew with ``--overwrite``.
+All decoding goes through :class:`avsr.inference.Transcriber` (the same path as ``avsr transcribe`` and
+Python users): the noise segment and the SNR of an utterance are a function of its id, so every run decodes
+the same noisy audio. Video-only input does not depend on the audio noise: it is decoded once and its
+hypotheses are written for every condition. Audio-visual decoding runs the video front-end once per
+utterance and reuses its output in every noise condition (the Transcriber's ``video_cache``).
 
 The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
 accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``: an avsr checkpoint or an official fine-tuned
@@ -29,17 +32,78 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
 import torch
+import yaml
 
-from avsr.bin.runner import tool
+from avsr.bin.runner import UsageError, tool
+from avsr.config import config_path, parse_yaml, to_dict
 from avsr.data.datadir import read_datadir, write_kaldi_map
+from avsr.decode.beam_search import DecodeConfig
+from avsr.fileio import write_text_atomic
 from avsr.inference import MODALITY_INPUTS, PRECISIONS, Transcriber
+from avsr.train.checkpoint import best_checkpoints
 
 logger = logging.getLogger("avsr.decode")
+
+
+def _file_id(path: Path) -> str:
+    stat = path.stat()
+    return f"{path.name} ({stat.st_size} bytes, modified {stat.st_mtime_ns})"
+
+
+def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> dict:
+    """What the hypotheses depend on (the content of ``decode_settings.yaml``).
+
+    Raises:
+        FileNotFoundError: no checkpoint; avsr.config.ConfigError: a bad decoding configuration.
+    """
+    if source.is_dir():
+        checkpoints = [_file_id(p) for p in best_checkpoints(source, args.average_nbest)]
+    elif source.is_file():
+        checkpoints = [_file_id(source)]
+    else:
+        raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
+    return {
+        "model": str(source.resolve()),
+        "checkpoints": checkpoints,
+        "bpemodel": str(bpemodel.resolve()) if bpemodel is not None and bpemodel.is_file() else None,
+        "decode_config": to_dict(DecodeConfig.from_yaml(config_path(args.decode_config, "decode"))),
+        "data": str(args.data.resolve()),
+        "noise_file": str(args.noise_file.resolve()) if args.noise_file is not None else None,
+        "noise_name": args.noise_name if args.noise_file is not None else None,
+        "precision": args.precision,
+    }
+
+
+def _claim(out: Path, settings: dict, overwrite: bool) -> None:
+    """Record ``settings`` in ``out/decode_settings.yaml``; results made with other settings are refused or,
+    with ``overwrite``, removed.
+
+    Raises:
+        UsageError: ``out`` holds results of other settings (the differing keys named) and no ``overwrite``.
+    """
+    path = out / "decode_settings.yaml"
+    results = sorted(out.glob("*/hyp"))
+    if path.is_file() and results:
+        old = parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
+        differ = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+        if differ and not overwrite:
+            raise UsageError(f"{out} holds results decoded with other settings ({', '.join(differ)} differ; "
+                             f"see {path}): decode into another --out, or pass --overwrite")
+        if differ:
+            logger.warning("%s: settings changed (%s): decoding anew", out, ", ".join(differ))
+            for hyp in results:
+                shutil.rmtree(hyp.parent)
+    elif results and overwrite:
+        for hyp in results:
+            shutil.rmtree(hyp.parent)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, yaml.safe_dump(settings, sort_keys=True))
 
 
 @tool("avsr-decode")
@@ -60,6 +124,8 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--snrs", nargs="*", type=float, default=[10.0, 5.0, 0.0, -5.0])
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--batch-frames", type=int, default=3000)
+    p.add_argument("--overwrite", action="store_true",
+                   help="decode anew into a directory holding results made with other settings")
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="encoder precision")
     p.add_argument("--ngpu", type=int, default=0)
     p.add_argument("--num-threads", type=int, default=1,
@@ -86,8 +152,11 @@ def main(argv: list[str] | None = None) -> int | None:
     if args.noise_file is not None:
         conditions += [(f"{args.noise_name}_{snr:g}", snr) for snr in args.snrs]
 
+    source = args.checkpoint if args.checkpoint is not None else args.exp_dir
+    settings = _settings(args, source, bpemodel)
     transcriber: Transcriber | None = None
     for modality in args.modalities:
+        _claim(args.out / test_set / modality, settings, args.overwrite)
         video_hyps: dict[str, str] | None = None
         video_failed: dict[str, str] = {}
         reuse_video = modality == "audiovisual" and len(conditions) > 1
@@ -101,7 +170,6 @@ def main(argv: list[str] | None = None) -> int | None:
                 hyps, failed = video_hyps, video_failed
             else:
                 if transcriber is None:
-                    source = args.checkpoint if args.checkpoint is not None else args.exp_dir
                     transcriber = Transcriber.from_pretrained(
                         source, bpemodel=bpemodel, device=device, decode_config=args.decode_config,
                         average_nbest=args.average_nbest, precision=args.precision,
