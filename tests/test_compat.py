@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import os
 
 import numpy as np
 import pytest
@@ -397,13 +398,26 @@ class Evil:
         return (print, ("this must never run",))
 
 
-def test_unsafe_pickles_are_refused(tmp_path, capsys):
+class EvilSystem:
+    def __reduce__(self):
+        return (os.system, ("echo this must never run",))
+
+
+@pytest.mark.parametrize("payload, name", [(Evil(), "print"), (EvilSystem(), "system")])
+def test_unsafe_pickles_are_refused(tmp_path, capfd, payload, name):
+    from avsr.train.checkpoint import load_checkpoint
+
     path, mcfg, sd = pretrain_ckpt(tmp_path)
     ckpt = torch.load(path, weights_only=False)
-    ckpt["extra_state"]["payload"] = Evil()
-    with pytest.raises(CheckpointError, match="refusing to unpickle.*print"):
-        read_checkpoint(save(ckpt, tmp_path / "evil.pt"))
-    assert "must never run" not in capsys.readouterr().out
+    ckpt["extra_state"]["payload"] = payload
+    evil = save(ckpt, tmp_path / "evil.pt")
+    for load in (read_checkpoint, load_checkpoint):
+        with pytest.raises(CheckpointError) as err:
+            load(evil)
+        message = str(err.value)
+        assert message.startswith(f"{evil}: holds objects outside the allowed set (") and name in message
+        assert "truncated" not in message and "weights_only" not in message and "\n" not in message
+    assert "must never run" not in capfd.readouterr().out
 
 
 # ------------------------------------------------------------------------------------ the decoding tool

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from avsr.compat import CheckpointError
 from avsr.config import ConfigError
 from avsr.data.dataset import AVDataset, ModalityBatchSampler, collate
 from avsr.data.media import write_wav
@@ -76,7 +77,7 @@ def test_checkpoint_average_and_truncated_file(tmp_path):
     assert torch.equal(avg["w"], torch.tensor([2.0, 4.0])) and int(avg["n"]) == 2
     data = (tmp_path / "epoch2.pt").read_bytes()
     (tmp_path / "bad.pt").write_bytes(data[: len(data) // 2])
-    with pytest.raises(RuntimeError, match=r"bad\.pt"):
+    with pytest.raises(CheckpointError, match=r"bad\.pt: truncated or not a torch checkpoint"):
         load_checkpoint(tmp_path / "bad.pt")
     assert not list(tmp_path.glob(".*tmp*"))  # no temporary files left behind
 

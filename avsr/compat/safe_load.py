@@ -202,7 +202,7 @@ def safe_torch_load(path: str | os.PathLike, map_location: str | torch.device = 
     Raises:
         FileNotFoundError: no such file.
         CheckpointError: the file is empty, truncated or not a torch file, or it pickles a global that is
-            not allowed (the message names the file and the global).
+            not allowed (the message names the file and the global; :func:`load_error`).
     """
     path = Path(path)
     if not path.is_file():
@@ -215,16 +215,29 @@ def safe_torch_load(path: str | os.PathLike, map_location: str | torch.device = 
     try:
         with torch.serialization.safe_globals(SAFE_GLOBALS + _inert_globals(path)):
             return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as e:
-        text = str(e)
-        found = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text)
-        msg = found.group(1).strip() if found else text.split("\n")[0]
-        if found and any(w in msg for w in ("global", "Can only", "allowlist", "unrecognized function")):
-            raise CheckpointError(
-                f"{path}: refusing to unpickle an object that avsr does not allow in checkpoints ({msg}); "
-                "only tensors, plain Python data and fairseq's Namespace/Dictionary/SentencepieceBPE are read"
-            ) from e
-        raise CheckpointError(f"{path}: truncated or not a torch checkpoint ({msg})") from e
-    except (EOFError, RuntimeError, zipfile.BadZipFile, OSError, ValueError, KeyError) as e:
-        raise CheckpointError(f"{path}: truncated or not a torch checkpoint ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''})") from e
+    except (pickle.UnpicklingError, EOFError, RuntimeError, zipfile.BadZipFile, OSError, ValueError,
+            KeyError) as e:
+        raise load_error(path, e) from e
+
+
+#: what torch's restricted unpickler names when it refuses a global
+_REFUSED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+
+def load_error(path: str | os.PathLike, exc: BaseException) -> CheckpointError:
+    """A one-line :class:`CheckpointError` for a failed ``torch.load(weights_only=True)`` of ``path``.
+
+    A file that pickles objects outside the allowed set is named as such, with the refused globals (e.g.
+    ``posix.system``) -- never as truncated, and without torch's advice to load with ``weights_only=False``,
+    which would run the file's code; a damaged file is "truncated or not a torch checkpoint".
+    """
+    text = str(exc)
+    if isinstance(exc, pickle.UnpicklingError) and "eights only load failed" in text:
+        names = sorted(set(_REFUSED_GLOBAL.findall(text)))
+        what = ", ".join(names) if names else "an unpickling instruction torch does not allow"
+        return CheckpointError(
+            f"{path}: holds objects outside the allowed set ({what}); avsr reads only tensors, plain Python "
+            "data and fairseq's Namespace/Dictionary/SentencepieceBPE from checkpoints, and refused the file "
+            "without running any of its code")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return CheckpointError(f"{path}: truncated or not a torch checkpoint ({type(exc).__name__}: {first})")

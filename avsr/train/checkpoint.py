@@ -12,6 +12,8 @@ from pathlib import Path
 
 import torch
 
+from avsr.compat.safe_load import load_error
+
 
 def save_atomic(obj: object, path: str | os.PathLike) -> None:
     """``torch.save(obj, path)`` through a temporary file and an atomic rename."""
@@ -34,7 +36,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
     Raises:
         FileNotFoundError: no such file.
-        RuntimeError: the file is truncated or not a torch checkpoint (the message names the file).
+        avsr.compat.CheckpointError: the file is truncated or not a torch checkpoint, or it holds objects
+            outside the allowed set (the message names the file; :func:`avsr.compat.safe_load.load_error`).
     """
     path = Path(path)
     if not path.is_file():
@@ -42,7 +45,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     try:
         return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
     except Exception as e:  # torch raises several types for corrupt files
-        raise RuntimeError(f"cannot read checkpoint {path}: {e}") from e
+        raise load_error(path, e) from e
 
 
 def epoch_checkpoints(exp_dir: str | os.PathLike) -> list[tuple[int, Path]]:
