@@ -176,7 +176,8 @@ def _recipe_hyps(setup, modality: str) -> dict[str, str]:
     from avsr.inference import Transcriber
 
     transcriber = Transcriber(setup["model"], setup["tokenizer"], DECODE)
-    results = transcriber.transcribe_batch(scan_split(setup["corpus"]), modality=modality, word_timings=False)
+    utts, _ = scan_split(setup["corpus"])
+    results = transcriber.transcribe_batch(utts, modality=modality, word_timings=False)
     return {r.key: r.text for r in results}  # SynthGRID utterance ids are the file stems
 
 

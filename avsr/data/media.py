@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -29,6 +30,8 @@ __all__ = [
     "read_video",
     "write_video",
     "video_fps",
+    "VideoCheck",
+    "check_video",
     "read_audio_track",
     "read_video_rgb",
     "write_av_video",
@@ -179,6 +182,43 @@ def read_video(path: str | os.PathLike) -> torch.Tensor:
     if not frames:
         raise MediaError(f"video file {path} has no decodable frame")
     return torch.from_numpy(np.stack(frames))
+
+
+@dataclass(frozen=True)
+class VideoCheck:
+    """What :func:`check_video` found: frame size in pixels, average frame rate (frames/s), the number of
+    frames the container declares (0 when it declares none) and the number that decode."""
+
+    width: int
+    height: int
+    fps: float
+    declared_frames: int
+    decoded_frames: int
+
+
+def check_video(path: str | os.PathLike) -> VideoCheck:
+    """Decode every frame of the first video stream of a file (without converting them) to check that it is
+    readable to its last frame.
+
+    Raises:
+        MediaError: the file is missing, cannot be opened or decoded, or has no video stream.
+    """
+    path = Path(path)
+    _check_exists(path, "video")
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise MediaError(f"video file {path} has no video stream")
+            stream = container.streams.video[0]
+            stream.thread_type = "NONE"
+            stream.codec_context.thread_count = 1
+            decoded = sum(1 for _ in container.decode(stream))
+            return VideoCheck(stream.codec_context.width, stream.codec_context.height,
+                              float(stream.average_rate or 0.0), int(stream.frames or 0), decoded)
+    except MediaError:
+        raise
+    except Exception as exc:  # av.error.FFmpegError and friends
+        raise MediaError(f"cannot read video file {path}: {exc}") from exc
 
 
 def video_fps(path: str | os.PathLike) -> float:

@@ -128,7 +128,7 @@ stage_roi() {
 }
 
 stage_datadirs() {
-  "$python" -m avsr.bin.prepare_data --corpus "$corpus_dir" --out "$data_dir" \
+  "$python" -m avsr.bin.prepare_data --corpus "$corpus_dir" --out "$data_dir" --nj "$nj" --no-progress \
     --splits "$train_set" "$valid_set" $test_sets $([ "$pretrain_set" = "$train_set" ] || echo "$pretrain_set")
   if [ "$asr_train_set" != "$train_set" ]; then
     "$python" -m avsr.bin.subset_data --src "${data_dir}/${train_set}" --dst "${data_dir}/${asr_train_set}" \
