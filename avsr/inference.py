@@ -28,6 +28,7 @@ test conditions), length-bucketed batches, and :meth:`avsr.models.asr.AVSRModel.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -62,7 +63,10 @@ from avsr.features import SAMPLES_PER_FRAME, avhubert_audio_features, crop_video
 from avsr.models.asr import AVSRModel
 from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 
-__all__ = ["MODALITY_INPUTS", "InferenceError", "Transcript", "TranscribeItem", "Transcriber"]
+__all__ = [
+    "MODALITY_INPUTS", "InferenceError", "Transcript", "TranscribeItem", "Transcriber", "frame_energy_db",
+    "frame_motion", "pause_cuts",
+]
 
 logger = logging.getLogger("avsr.inference")
 
@@ -164,12 +168,15 @@ class Transcript:
 
 @dataclass
 class _Media:
-    """Raw media of one item: ``wav`` (N,) float32 16 kHz or None, ``frames`` (T, H, W) uint8 ROI or None."""
+    """Raw media of one item or one segment of it: ``wav`` (N,) float32 16 kHz (noise already mixed) or None,
+    ``frames`` (T, H, W) uint8 ROI or None; ``offset``: its first frame in the item (25 fps)."""
 
+    key: str
     wav: torch.Tensor | None
     frames: torch.Tensor | None
     num_frames: int
     info: dict[str, Any]
+    offset: int = 0
 
 
 def _name(source: Any) -> str:
@@ -230,6 +237,50 @@ def _read_audio_file(path: Path, key: str) -> tuple[torch.Tensor, dict[str, Any]
     return wav, note
 
 
+def frame_energy_db(wav: torch.Tensor) -> torch.Tensor:
+    """Energy of each 25 fps frame (640 samples at 16 kHz) of a waveform ``(N,)``, in dB: ``(ceil(N / 640),)``
+    float32 (``10 log10(mean square + 1e-10)``), the activity :func:`pause_cuts` reads for audio."""
+    pad = (-wav.numel()) % SAMPLES_PER_FRAME
+    frames = torch.nn.functional.pad(wav.float(), (0, pad)).view(-1, SAMPLES_PER_FRAME)
+    return 10.0 * torch.log10(frames.pow(2).mean(dim=1) + 1e-10)
+
+
+def frame_motion(frames: torch.Tensor) -> torch.Tensor:
+    """Mouth motion of each frame of ROI frames ``(T, H, W)`` uint8: the mean absolute gray difference to the
+    previous frame, ``(T,)`` float32 (0 for the first): the activity :func:`pause_cuts` reads for video
+    alone."""
+    diff = (frames[1:].float() - frames[:-1].float()).abs().mean(dim=(1, 2))
+    return torch.cat([diff.new_zeros(1), diff])
+
+
+def pause_cuts(activity: torch.Tensor, max_frames: int, min_fraction: float = 0.5) -> list[int]:
+    """Where to cut a long input into pieces of at most ``max_frames`` frames: at pauses.
+
+    Greedy from the start: the next cut is the frame of least ``activity`` (smoothed over 3 frames) between
+    ``min_fraction * max_frames`` and ``max_frames`` frames after the previous cut, so a piece ends in the
+    quietest stretch available; the last piece is what remains (at most ``max_frames``).
+
+    Args:
+        activity: ``(T,)`` per-frame activity (:func:`frame_energy_db`, :func:`frame_motion`).
+        max_frames: the longest piece, in frames (>= 2).
+        min_fraction: the shortest piece (but the last) as a fraction of ``max_frames``.
+
+    Returns:
+        The cut frames, increasing (each starts a new piece); empty when ``T <= max_frames``.
+    """
+    num = int(activity.numel())
+    smooth = torch.nn.functional.avg_pool1d(activity.float().view(1, 1, -1), 3, 1, 1, count_include_pad=False)
+    smooth = smooth[0, 0]
+    cuts, start = [], 0
+    low = max(1, int(min_fraction * max_frames))
+    while num - start > max_frames:
+        window = smooth[start + low : start + max_frames + 1]
+        cut = start + low + int(torch.argmin(window))
+        cuts.append(cut)
+        start = cut
+    return cuts
+
+
 class Transcriber:
     """A model, its tokenizer, a search configuration and the preprocessing: text from audio and/or video.
 
@@ -244,6 +295,11 @@ class Transcriber:
         device: where the model runs (``"cpu"``, ``"cuda"``).
         precision: ``fp32``, or ``bf16`` (the encoder under bf16 autocast; scores stay float32).
         batch_frames: padded 25 fps frames per batch in :meth:`transcribe_batch`.
+        max_segment_s: long input: an utterance longer than this (seconds) is cut at pauses into pieces of at
+            most this length (:func:`pause_cuts`), which are decoded batched and joined (text, tokens, summed
+            scores, word times offset); None: never cut.
+        train_max_s: the longest utterance the model was trained on, in seconds (from the checkpoint, when
+            the trainer recorded it); a longer input that is not cut gets a warning (``info["warning"]``).
 
     Raises:
         avsr.config.ConfigError: a bad decoding configuration (unknown key named).
@@ -258,10 +314,16 @@ class Transcriber:
         device: str | torch.device = "cpu",
         precision: str = "fp32",
         batch_frames: int = 3000,
+        max_segment_s: float | None = None,
+        train_max_s: float | None = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if max_segment_s is not None and max_segment_s * FPS < 2 * MIN_FRAMES:
+            raise ValueError(f"max_segment_s must be at least {2 * MIN_FRAMES / FPS} s, got {max_segment_s}")
         self.device = torch.device(device)
+        self.max_segment_s = max_segment_s
+        self.train_max_s = train_max_s
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.precision = precision
@@ -291,6 +353,7 @@ class Transcriber:
         average_nbest: int = 5,
         precision: str = "fp32",
         batch_frames: int = 3000,
+        max_segment_s: float | None = None,
     ) -> Transcriber:
         """A transcriber for an experiment directory or a checkpoint file.
 
@@ -301,23 +364,29 @@ class Transcriber:
                 AV-HuBERT fine-tuned checkpoint, seq2seq or CTC (tokenizer: ``bpemodel``, its sentencepiece
                 model, else the one pickled in the checkpoint).
             bpemodel: the sentencepiece model (see ``source``).
-            device, decode_config, precision, batch_frames: as the class.
+            device, decode_config, precision, batch_frames, max_segment_s: as the class.
             average_nbest: checkpoints averaged from an experiment directory.
+
+        The longest training utterance (``train_max_s`` of the class) comes from the checkpoint's
+        ``data_stats`` when the trainer recorded it.
 
         Raises:
             FileNotFoundError: no such directory/file, no checkpoint in the directory, no tokenizer.
             avsr.compat.CheckpointError: an unreadable or foreign checkpoint, weights that do not fit.
         """
         source = Path(source)
+        stats: dict[str, Any] = {}
         if source.is_dir():
             paths = best_checkpoints(source, average_nbest)
             logger.info("model: average of %s", ", ".join(p.name for p in paths))
             first = load_checkpoint(paths[0])
+            stats = first.get("data_stats") or {}
             model = AVSRModel.from_config(first["model_config"], str(paths[0]))
             model.load_state_dict(average_state_dicts(paths) if len(paths) > 1 else first["model"])
             tokenizer = Tokenizer(bpemodel if bpemodel is not None else source / "bpe.model")
         elif source.is_file():
             loaded = read_checkpoint(source)
+            stats = loaded.data_stats
             logger.info("model: %s (%s)", source, loaded.kind)
             if bpemodel is None and loaded.kind == "avsr" and (source.parent / "bpe.model").is_file():
                 bpemodel = source.parent / "bpe.model"
@@ -325,7 +394,9 @@ class Transcriber:
             tokenizer = tokenizer_for(model, loaded, bpemodel)
         else:
             raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
-        return cls(model, tokenizer, decode_config, device, precision, batch_frames)
+        train_max_s = stats["max_frames"] / FPS if stats.get("max_frames") else None
+        return cls(model, tokenizer, decode_config, device, precision, batch_frames, max_segment_s,
+                   train_max_s)
 
     # --- one utterance ---------------------------------------------------------------------------------
 
@@ -507,46 +578,99 @@ class Transcriber:
 
     def _run_chunk(self, requests, chunk, modality, source, snr_db, results, want_words, video_cache, root,
                    bar) -> None:
-        """Read, bucket and decode the items ``chunk`` (indices into ``requests``) under one modality."""
+        """Read, cut, bucket and decode the items ``chunk`` (indices into ``requests``) under one modality.
+
+        Items whose length is known and needs no cutting are read batch by batch; the others are read first
+        (long ones cut into segments by :meth:`_segments`). Every piece is a unit of the length buckets.
+        """
         inputs = MODALITY_INPUTS[modality]
-        media: dict[int, _Media] = {}
+        limit = int(self.max_segment_s * FPS) if self.max_segment_s is not None else None
 
         def load(i: int) -> _Media | None:
-            if i not in media:
-                skip_video = video_cache is not None and requests[i].key in video_cache
-                try:
-                    work = root / f"{i:05d}_{requests[i].key}"
-                    media[i] = self._load(requests[i], inputs, work, skip_video, video_cache)
-                except (InferenceError, MediaError, ValueError) as exc:
-                    message = str(exc)
-                    if requests[i].key not in message:
-                        message = f"{requests[i].key}: {message}"
-                    results[i] = Transcript(key=requests[i].key, modality=modality, error=message)
-                    bar.update()
-                    return None
-            return media[i]
+            req = requests[i]
+            try:
+                skip_video = video_cache is not None and req.key in video_cache
+                work = root / f"{i:05d}_{req.key}"
+                return self._load(req, inputs, work, skip_video, video_cache, source, snr_db)
+            except (InferenceError, MediaError, ValueError) as exc:
+                message = str(exc) if req.key in str(exc) else f"{req.key}: {exc}"
+                results[i] = Transcript(key=req.key, modality=modality, error=message)
+                bar.update()
+                return None
 
-        lengths = []
+        units: list[tuple[int, int, _Media | None]] = []  # (item, length, media or None: read later)
+        pieces: dict[int, int] = {}
         for i in chunk:
-            if requests[i].num_frames is not None:
-                lengths.append(int(requests[i].num_frames))
-            else:
-                m = load(i)
-                lengths.append(m.num_frames if m is not None else 0)
-        for batch in length_buckets(lengths, self.batch_frames, oversize="alone"):
-            good = [(chunk[j], load(chunk[j])) for j in batch]
-            good = [(i, m) for i, m in good if m is not None]
-            if not good:
+            hint = requests[i].num_frames
+            if hint is not None and (limit is None or hint <= limit):
+                units.append((i, int(hint), None))
+                pieces[i] = 1
                 continue
-            transcripts = self._decode(requests, good, modality, source, snr_db, want_words, video_cache)
-            for (i, _), transcript in zip(good, transcripts):
-                results[i] = transcript
-                media.pop(i, None)
-            bar.update(len(good))
+            m = load(i)
+            if m is None:
+                continue
+            segments = self._segments(m, limit)
+            units += [(i, seg.num_frames, seg) for seg in segments]
+            pieces[i] = len(segments)
+        parts: dict[int, list[tuple[int, Transcript]]] = {}
+        for batch in length_buckets([n for _, n, _ in units], self.batch_frames, oversize="alone"):
+            todo = [(units[j][0], units[j][2] or load(units[j][0])) for j in batch]
+            todo = [(i, m) for i, m in todo if m is not None]
+            if not todo:
+                continue
+            transcripts = self._decode([m for _, m in todo], modality, want_words, video_cache)
+            for (i, m), transcript in zip(todo, transcripts):
+                parts.setdefault(i, []).append((m.offset, transcript))
+                if len(parts[i]) == pieces[i]:
+                    results[i] = self._join(requests[i].key, parts.pop(i))
+                    bar.update()
+
+    def _segments(self, media: _Media, limit: int | None) -> list[_Media]:
+        """``media`` cut at pauses (:func:`pause_cuts`) into pieces of at most ``limit`` frames, or whole."""
+        if limit is None or media.num_frames <= limit:
+            if self.train_max_s is not None and media.num_frames > self.train_max_s * FPS:
+                media.info["warning"] = (
+                    f"{media.num_frames / FPS:.1f} s is longer than the longest training utterance "
+                    f"({self.train_max_s:.1f} s): the transcript may degrade; cut it (max_segment_s)")
+                logger.warning("%s: %s", media.key, media.info["warning"])
+            return [media]
+        activity = frame_energy_db(media.wav) if media.wav is not None else frame_motion(media.frames)
+        bounds = [0, *pause_cuts(activity[: media.num_frames], limit), media.num_frames]
+        out = []
+        for n, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
+            samples = slice(start * SAMPLES_PER_FRAME, stop * SAMPLES_PER_FRAME)
+            wav = media.wav[samples] if media.wav is not None else None
+            frames = media.frames[start:stop] if media.frames is not None else None
+            out.append(_Media(f"{media.key}#{n}", wav, frames, stop - start, media.info, offset=start))
+        return out
+
+    @staticmethod
+    def _join(key: str, parts: list[tuple[int, Transcript]]) -> Transcript:
+        """One transcript from the ``(offset in frames, transcript)`` of an item's segments: text and tokens
+        in time order, scores summed, word times moved by the offsets (one part: the part itself)."""
+        if len(parts) == 1:
+            parts[0][1].key = key
+            return parts[0][1]
+        parts = sorted(parts, key=lambda p: p[0])
+        words = None
+        if all(t.words is not None for _, t in parts):
+            words = []
+            for off, t in parts:
+                shift = off / FPS
+                words += [dataclasses.replace(w, start=round(w.start + shift, 3), end=round(w.end + shift, 3))
+                          for w in t.words]
+        first = parts[0][1]
+        info = {**first.info, "segments_s": [[off / FPS, (off + t.num_frames) / FPS] for off, t in parts]}
+        return Transcript(key=key, text=" ".join(t.text for _, t in parts if t.text),
+                          tokens=[x for _, t in parts for x in t.tokens],
+                          score=sum(t.score for _, t in parts), words=words, modality=first.modality,
+                          num_frames=sum(t.num_frames for _, t in parts), info=info)
 
     def _load(self, item: TranscribeItem, inputs: tuple[str, ...], work: Path, skip_video: bool,
-              video_cache: Mapping[str, torch.Tensor] | None) -> _Media:
-        """The raw media of one item for ``inputs`` (see the module docstring). Raises InferenceError."""
+              video_cache: Mapping[str, torch.Tensor] | None, source: NoiseSource | None,
+              snr_db: float | None) -> _Media:
+        """The raw media of one item for ``inputs`` (see the module docstring), the noise mixed into the audio
+        with the segment chosen by the item's key (as the recipe's test conditions). Raises InferenceError."""
         key, info = item.key, {}
         need_audio, need_video = "audio" in inputs, "video" in inputs
         for stream, needed, other in (("video", need_video, "audio"), ("audio", need_audio, "video")):
@@ -579,7 +703,10 @@ class Transcriber:
         if num_frames < MIN_FRAMES:
             raise InferenceError(f"{key}: the input is {num_frames} frame(s) long ({num_frames / FPS:.2f} "
                                  f"s); at least {MIN_FRAMES} frames at 25 fps are needed")
-        return _Media(wav, frames, num_frames, info)
+        if wav is not None and source is not None:
+            wav = source.mix(wav, snr_db, key=key)
+            info.update(noise=source.path, snr_db=snr_db)
+        return _Media(key, wav, frames, num_frames, info)
 
     def _load_video(self, item: TranscribeItem, work: Path, with_audio: bool
                     ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, Any]]:
@@ -666,21 +793,17 @@ class Transcriber:
         return _check_waveform(wav, key, str(path)), info
 
     @torch.no_grad()
-    def _decode(self, requests, good: list[tuple[int, _Media]], modality: str, source: NoiseSource | None,
-                snr_db: float | None, want_words: bool, video_cache) -> list[Transcript]:
-        """Features, one batched search, texts and word timings for the loaded items ``good``."""
+    def _decode(self, units: list[_Media], modality: str, want_words: bool, video_cache) -> list[Transcript]:
+        """Features, one batched search, texts and word timings for the loaded pieces ``units``."""
         inputs = MODALITY_INPUTS[modality]
-        keys = [requests[i].key for i, _ in good]
-        lengths = torch.tensor([m.num_frames for _, m in good], dtype=torch.long)
+        keys = [m.key for m in units]
+        lengths = torch.tensor([m.num_frames for m in units], dtype=torch.long)
         audio = video = video_features = None
-        if "audio" in inputs:  # as the recipe's AVDataset: noise keyed by the utterance, features at 25 Hz
-            feats = []
-            for k, (_, m) in zip(keys, good):
-                wav = source.mix(m.wav, snr_db, key=k) if source is not None else m.wav
-                feats.append(avhubert_audio_features(wav, num_video_frames=m.num_frames))
+        if "audio" in inputs:  # as the recipe's AVDataset: AV-HuBERT's features at 25 Hz
+            feats = [avhubert_audio_features(m.wav, num_video_frames=m.num_frames) for m in units]
             audio = pad_sequence(feats, batch_first=True).transpose(1, 2).to(self.device)  # (B, 104, T)
-        if "video" in inputs and all(m.frames is not None for _, m in good):
-            frames = [normalize_video(crop_video(m.frames, train=False)) for _, m in good]
+        if "video" in inputs and all(m.frames is not None for m in units):
+            frames = [normalize_video(crop_video(m.frames, train=False)) for m in units]
             video = pad_sequence(frames, batch_first=True).unsqueeze(1).to(self.device)  # (B, 1, T, 88, 88)
         lengths = lengths.to(self.device)
         with self._autocast():
@@ -695,12 +818,10 @@ class Transcriber:
             hyps, ctc_logp, enc_lens = self.model.decode_with_ctc(
                 audio, None if video_features is not None else video, lengths, self.config, video_features)
         out = []
-        for j, (_, m) in enumerate(good):
+        for j, m in enumerate(units):
             best = hyps[j][0] if hyps[j] else None
             tokens = list(best.tokens) if best is not None else []
             info = dict(m.info)
-            if source is not None:
-                info.update(noise=source.path, snr_db=snr_db)
             words = None
             if want_words:
                 if ctc_logp is None:
@@ -712,7 +833,7 @@ class Transcriber:
                                              decode=self._text)
                     except AlignmentError as exc:
                         info["words_note"] = f"no word timings: {exc}"
-            out.append(Transcript(key=keys[j], text=self._text(tokens), tokens=tokens,
+            out.append(Transcript(key=m.key, text=self._text(tokens), tokens=tokens,
                                   score=float(best.score) if best is not None else math.nan, words=words,
                                   modality=modality, num_frames=m.num_frames, info=info))
         return out

@@ -295,3 +295,43 @@ def test_the_decoding_stage_reports_bad_utterances_and_guards_its_results(env, t
     assert err.startswith("avsr-decode: error:") and "decode_config differ" in err and "--overwrite" in err
     assert len(err.splitlines()) == 1
     assert decode([*args, "--overwrite"]) == 0 and (clean / "hyp").stat().st_mtime_ns != before
+
+
+def test_pause_cuts_cut_in_the_quietest_stretch_within_the_limit():
+    from avsr.inference import pause_cuts
+
+    activity = torch.full((100,), 50.0)
+    activity[30:34] = -40.0  # a pause
+    activity[70:72] = -30.0  # a shorter, louder pause
+    assert pause_cuts(activity, max_frames=50) == [31, 70]  # smoothed minima inside the pauses
+    assert all(b - a <= 40 for a, b in zip([0, *pause_cuts(activity, 40)], [*pause_cuts(activity, 40), 100]))
+    assert pause_cuts(activity[:40], max_frames=50) == []
+
+
+def test_long_input_is_cut_at_pauses_decoded_batched_and_joined(env):
+    rng = np.random.default_rng(7)
+    lengths, gap = [45, 60, 38, 52, 47, 58, 41, 55, 49, 44], 12
+    wav, frames, gaps, t = [], [], [], 0
+    for n in lengths:
+        wav += [torch.from_numpy(rng.normal(0, 0.1, n * 640)).float(), torch.zeros(gap * 640)]
+        frames += [torch.from_numpy(rng.integers(0, 256, (n, 96, 96), dtype=np.uint8)),
+                   torch.full((gap, 96, 96), 128, dtype=torch.uint8)]
+        gaps.append((t + n, t + n + gap))
+        t += n + gap
+    wav, frames = torch.cat(wav), torch.cat(frames)
+    tr = Transcriber(env["models"][0], env["tokenizer"], DECODE, max_segment_s=3.0)
+    long = tr(video=frames, audio=wav)
+    bounds = [[round(a * 25), round(b * 25)] for a, b in long.info["segments_s"]]
+    assert bounds[0][0] == 0 and bounds[-1][1] == t == long.num_frames
+    assert all(b - a <= 75 for a, b in bounds) and all(x[1] == y[0] for x, y in zip(bounds, bounds[1:]))
+    for a, _ in bounds[1:]:  # every cut lies in a pause
+        assert any(lo <= a <= hi for lo, hi in gaps), (a, gaps)
+    pieces = [tr(video=frames[a:b], audio=wav[a * 640 : b * 640]) for a, b in bounds]
+    assert long.text == " ".join(p.text for p in pieces if p.text)
+    assert long.tokens == [x for p in pieces for x in p.tokens]
+    assert long.score == pytest.approx(sum(p.score for p in pieces), rel=1e-4)
+    times = [x for w in long.words for x in (w.start, w.end)]
+    assert times == sorted(times) and times[-1] <= t / 25
+    # not cut: a warning when the input is longer than the training range
+    whole = Transcriber(env["models"][0], env["tokenizer"], DECODE, train_max_s=3.0)(video=frames, audio=wav)
+    assert "longer than the longest training utterance" in whole.info["warning"]

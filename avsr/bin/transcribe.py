@@ -39,6 +39,8 @@ from avsr.inference import MODALITY_INPUTS, PRECISIONS, InferenceError, Transcri
 
 logger = logging.getLogger("avsr.transcribe")
 
+#: the longest piece of a long input when the model does not record its training range, in seconds.
+DEFAULT_SEGMENT_S = 15.0
 #: file name endings taken from a folder.
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".mpg", ".mpeg")
 
@@ -93,6 +95,11 @@ def main(argv: list[str] | None = None) -> int | None:
         default=None,
         help="keep the ROI mp4 and wav of every raw face video here (default: a temporary folder)",
     )
+    p.add_argument("--max-segment-s", default="auto",
+                   help="cut longer inputs at pauses into pieces of at most this many seconds, decode them "
+                   "batched and join them; 'auto': the model's longest training utterance if the checkpoint "
+                   f"records it, else {DEFAULT_SEGMENT_S:g} s; 0: never cut (a warning for inputs longer "
+                   "than the training range)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="encoder precision")
     p.add_argument("--num-threads", type=int, default=1, help="CPU threads")
@@ -105,9 +112,16 @@ def main(argv: list[str] | None = None) -> int | None:
     if args.device == "cpu":
         torch.set_num_threads(args.num_threads)
     files = collect_inputs(args.inputs)
+    try:
+        segment_s = None if args.max_segment_s == "auto" else float(args.max_segment_s)
+    except ValueError:
+        p.error(f"--max-segment-s must be a number of seconds or 'auto', got {args.max_segment_s!r}")
     transcriber = Transcriber.from_pretrained(
         args.checkpoint, bpemodel=args.bpemodel, device=args.device, decode_config=args.decode_config,
         average_nbest=args.average_nbest, precision=args.precision)
+    if segment_s is None:
+        segment_s = transcriber.train_max_s or DEFAULT_SEGMENT_S
+    transcriber.max_segment_s = segment_s if segment_s > 0 else None
     if args.beam_size is not None:
         transcriber.config = dataclasses.replace(transcriber.config, beam_size=args.beam_size)
     items = [TranscribeItem(video=f, audio=f, key=f.stem) for f in files]

@@ -107,6 +107,8 @@ class LoadedCheckpoint:
         sentencepiece: the sentencepiece model pickled in ``task_state.s2s_tokenizer`` (bytes), or None.
         task: the fairseq task configuration (``normalize``, ``image_crop_size``, ...), ``{}`` for avsr files.
         ignored: keys of the file that were deliberately not loaded (see :data:`KEY_RULES`).
+        data_stats: what an avsr trainer recorded about its training data (``max_frames``: the longest
+            utterance in 25 fps frames), ``{}`` otherwise.
     """
 
     path: Path
@@ -119,6 +121,7 @@ class LoadedCheckpoint:
     sentencepiece: bytes | None = None
     task: dict[str, Any] = field(default_factory=dict)
     ignored: list[str] = field(default_factory=list)
+    data_stats: dict[str, Any] = field(default_factory=dict)
 
 
 def _split_in_proj(name: str, value: Tensor, out: dict[str, Tensor]) -> bool:
@@ -295,10 +298,12 @@ def _read_own(ckpt: Mapping[str, Any], path: Path) -> LoadedCheckpoint:
     config, state = ckpt["model_config"], ckpt["model"]
     if not isinstance(config, Mapping) or not isinstance(state, Mapping):
         raise CheckpointError(f"{where}: 'model_config' and 'model' must be mappings")
+    stats = ckpt.get("data_stats")
+    stats = dict(stats) if isinstance(stats, Mapping) else {}
     if "vocab_size" in config:  # an AVSRModel
         enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
         return LoadedCheckpoint(path, "avsr", dict(config.get("encoder_conf") or {}), enc_state,
-                                model_config=dict(config), model_state=dict(state))
+                                model_config=dict(config), model_state=dict(state), data_stats=stats)
     if "encoder_conf" in config:
         enc_state = dict(state)  # an encoder alone: front-ends at the top level
         if any(k.startswith("encoder.feature_extractor_") for k in state):  # a whole model (e.g. pretraining)
