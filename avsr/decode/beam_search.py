@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from avsr.config import from_dict, load_yaml
+from avsr.config import config_path, from_dict, load_yaml
 from avsr.decode.ctc_prefix_score import CTCPrefixScorer
 from avsr.nn.decoder import TransformerDecoder
 
@@ -113,11 +113,18 @@ class DecodeConfig:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, **overrides) -> DecodeConfig:
-        """Read a ``conf/decode/*.yaml`` file (its top level holds the fields); ``overrides`` win.
+        """Read a decoding YAML file (its top level holds the fields); ``overrides`` win.
+
+        ``path`` is a file or the name of a shipped decoding configuration: ``"default"`` (joint
+        CTC/attention beam search) or ``"avhubert_s2s"`` (AV-HuBERT's fairseq generator), i.e.
+        ``avsr/conf/decode/<name>.yaml``; an existing file wins over a name (see
+        :func:`avsr.config.config_path`).
 
         Raises:
-            avsr.config.ConfigError: missing/invalid file, unknown key (named with the file), bad value.
+            avsr.config.ConfigError: missing/invalid file or unknown name (the shipped names are listed),
+                unknown key (named with the file), bad value.
         """
+        path = config_path(path, "decode")
         return from_dict(cls, {**load_yaml(path), **overrides}, str(path))
 
 
