@@ -1,6 +1,9 @@
 """avsr: audio-visual speech recognition with an AV-HuBERT-style encoder.
 
-The public classes are loaded lazily (on first attribute access) so that ``import avsr`` stays light.
+The public classes and the encoder factories (``avsr.avhubert_base()``, ``avsr.avhubert_large()``,
+``avsr.avhubert_synthgrid_cpu()``) are loaded lazily (on first attribute access) so that ``import avsr``
+stays light. The shipped YAML configurations lie in ``avsr/conf`` and are read by name
+(``AVHubertEncoder.from_yaml("avhubert_base")``, see :func:`avsr.config.config_path`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ _LAZY = {
     "Transcript": "avsr.inference",
     "TranscribeItem": "avsr.inference",
     "InferenceError": "avsr.inference",
+    # factories of the published configurations (torchaudio's hubert_base() style)
+    "avhubert_base": "avsr.models.factories",
+    "avhubert_large": "avsr.models.factories",
+    "avhubert_synthgrid_cpu": "avsr.models.factories",
 }
 
 __all__ = sorted(_LAZY)

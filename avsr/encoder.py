@@ -31,7 +31,7 @@ from torch import nn
 
 from avsr.autograd import grad_multiply
 from avsr.compat.fairseq_avhubert import LoadedCheckpoint, load_state_strict, read_checkpoint
-from avsr.config import ConfigError, from_dict, load_yaml
+from avsr.config import ConfigError, check_keys, config_path, from_dict, load_yaml
 from avsr.nn.resnet import RESNET_RELU_TYPES, VideoFrontEnd
 from avsr.nn.transformer import ACTIVATIONS, TransformerEncoder
 
@@ -232,13 +232,21 @@ class AVHubertEncoder(nn.Module):
     def from_yaml(cls, path: str | os.PathLike, **overrides: Any) -> AVHubertEncoder:
         """Build from a YAML file whose top level, or whose ``encoder_conf`` key, holds the options.
 
-        When the file has an ``encoder_conf`` mapping, only that mapping is read (sibling keys such as
-        ``encoder:`` or ``decoder_conf:`` belong to other components). ``overrides`` replace file values.
+        ``path`` is a file or the name of a shipped model configuration (``"avhubert_base"``,
+        ``"avhubert_large"``, ``"avsr_synthgrid_cpu"``: ``avsr/conf/model/<name>.yaml``); an existing file
+        wins over a name (:func:`avsr.config.config_path`). When the file has an ``encoder_conf`` mapping,
+        only that mapping is read (sibling keys such as ``encoder:`` or ``decoder_conf:`` belong to other
+        components). ``overrides`` (options of :class:`AVHubertEncoderConfig`) replace file values. The
+        weights are randomly initialised; :meth:`from_pretrained` loads trained ones.
 
         Raises:
-            avsr.config.ConfigError: missing/invalid file, ``encoder_conf`` not a mapping, or an unknown key
-                (the message names the key and the file).
+            avsr.config.ConfigError: missing/invalid file or unknown name (the shipped names are listed),
+                ``encoder_conf`` not a mapping, an unknown key (the message names the key and the file) or an
+                unknown override (named).
         """
+        check_keys(overrides, {f.name for f in dataclasses.fields(AVHubertEncoderConfig)},
+                   f"{cls.__name__}.from_yaml override")
+        path = config_path(path, "model")
         data = load_yaml(path)
         where = str(path)
         if "encoder_conf" in data:

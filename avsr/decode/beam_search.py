@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from avsr.config import ConfigError, from_dict, load_yaml
+from avsr.config import ConfigError, config_path, from_dict, load_yaml
 from avsr.decode.ctc_prefix_score import CTCPrefixScorer
 from avsr.decode.fairseq_search import fairseq_beam_search
 from avsr.decode.hypothesis import Hypothesis
@@ -124,12 +124,19 @@ class DecodeConfig:
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, **overrides) -> DecodeConfig:
-        """Read a ``conf/decode/*.yaml`` file (its top level holds the fields); ``overrides`` win.
+        """Read a decoding YAML file (its top level holds the fields); ``overrides`` win.
+
+        ``path`` is a file or the name of a shipped decoding configuration: ``"default"`` (joint
+        CTC/attention beam search) or ``"avhubert_s2s"`` (AV-HuBERT's fairseq generator), i.e.
+        ``avsr/conf/decode/<name>.yaml``; an existing file wins over a name (see
+        :func:`avsr.config.config_path`).
 
         Raises:
-            avsr.config.ConfigError: missing/invalid file, unknown key (named with the file), bad value, a
-                field the chosen search does not read (:meth:`from_mapping`).
+            avsr.config.ConfigError: missing/invalid file or unknown name (the shipped names are listed),
+                unknown key (named with the file), bad value, a field the chosen search does not read
+                (:meth:`from_mapping`).
         """
+        path = config_path(path, "decode")
         return cls.from_mapping({**load_yaml(path), **overrides}, str(path))
 
     @classmethod

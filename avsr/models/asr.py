@@ -42,7 +42,7 @@ from avsr.compat.fairseq_avhubert import (
     resolve_token_list,
 )
 from avsr.compat.safe_load import CheckpointError
-from avsr.config import ConfigError, check_keys, from_dict, load_yaml, to_dict
+from avsr.config import ConfigError, check_keys, config_path, from_dict, load_yaml, to_dict
 from avsr.decode.beam_search import DecodeConfig, batch_beam_search
 from avsr.decode.hypothesis import Hypothesis
 from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
@@ -267,9 +267,29 @@ class AVSRModel(nn.Module):
             raise ConfigError(f"{where}: {e}") from e
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike) -> AVSRModel:
-        """:meth:`from_config` on a YAML file; errors name the file."""
-        return cls.from_config(load_yaml(path), str(path))
+    def from_yaml(cls, path: str | os.PathLike, **overrides: Any) -> AVSRModel:
+        """:meth:`from_config` on a YAML file, with ``overrides`` of its top-level keys; errors name the file.
+
+        ``path`` is a file or the name of a shipped model configuration (``"avsr_synthgrid_cpu"``:
+        ``avsr/conf/model/<name>.yaml``; an existing file wins over a name, see
+        :func:`avsr.config.config_path`). ``overrides`` are keys of :meth:`from_config`: ``vocab_size``
+        (which the shipped configurations leave to the tokenizer) and ``token_list`` replace the file's
+        value; a mapping given for ``encoder_conf``, ``decoder_conf`` or ``model_conf`` is merged into the
+        file's mapping (its keys win), e.g. ``AVSRModel.from_yaml("avsr_synthgrid_cpu", vocab_size=40,
+        model_conf={"ctc_weight": 0.5})``. The weights are randomly initialised.
+
+        Raises:
+            avsr.config.ConfigError: missing/invalid file or unknown name (the shipped names are listed), an
+                unknown key or override (named), missing ``vocab_size``.
+        """
+        check_keys(overrides, CONFIG_KEYS, f"{cls.__name__}.from_yaml override")
+        path = config_path(path, "model")
+        config = load_yaml(path)
+        for key, value in overrides.items():
+            if key.endswith("_conf") and isinstance(value, Mapping) and isinstance(config.get(key), Mapping):
+                value = {**config[key], **value}
+            config[key] = value
+        return cls.from_config(config, str(path))
 
     def encode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor,
                video_features: Tensor | None = None) -> tuple[Tensor, Tensor]:

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from avsr.config import ConfigError, check_keys, from_dict, load_yaml
+from avsr.config import TRAIN_KINDS, ConfigError, check_keys, config_path, from_dict, load_yaml
 from avsr.data.dataset import (
     AudioAugment,
     AVDataset,
@@ -114,11 +114,14 @@ def load_train_config(path: str | os.PathLike) -> tuple[TrainConfig, dict]:
     ``pretrain_conf`` mappings. They can
     come from a model YAML named by ``model_config`` (a path relative to the training YAML, e.g.
     ``../model/avsr_synthgrid_cpu.yaml``); keys given in the training YAML itself override its keys.
+    ``path`` is a file or the name of a shipped training configuration (``"avsr_synthgrid_cpu"``: a file of
+    ``avsr/conf/{train,pretrain,finetune}``; an existing file wins, see :func:`avsr.config.config_path`).
 
     Raises:
-        ConfigError: an unknown key (named, with the file), or a missing model YAML.
+        ConfigError: an unknown key (named, with the file), a missing model YAML, an unknown name (the shipped
+            names are listed).
     """
-    path = Path(path)
+    path = config_path(path, TRAIN_KINDS)
     data = load_yaml(path)
     model_part: dict = {}
     if "model_config" in data:
