@@ -144,6 +144,8 @@ def main(argv: list[str] | None = None) -> int | None:
     bpemodel = args.bpemodel
     if bpemodel is None and args.exp_dir is not None:
         bpemodel = args.exp_dir / "bpe.model"
+    source = args.checkpoint if args.checkpoint is not None else args.exp_dir
+    settings = _settings(args, source, bpemodel)  # checks the model and the decoding config first
     test_set = args.test_set or args.data.name
     utts = read_datadir(args.data)
     refs = {u.utt_id: u.text for u in utts}
@@ -152,8 +154,6 @@ def main(argv: list[str] | None = None) -> int | None:
     if args.noise_file is not None:
         conditions += [(f"{args.noise_name}_{snr:g}", snr) for snr in args.snrs]
 
-    source = args.checkpoint if args.checkpoint is not None else args.exp_dir
-    settings = _settings(args, source, bpemodel)
     transcriber: Transcriber | None = None
     for modality in args.modalities:
         _claim(args.out / test_set / modality, settings, args.overwrite)

@@ -232,12 +232,14 @@ def load_error(path: str | os.PathLike, exc: BaseException) -> CheckpointError:
     which would run the file's code; a damaged file is "truncated or not a torch checkpoint".
     """
     text = str(exc)
-    if isinstance(exc, pickle.UnpicklingError) and "eights only load failed" in text:
-        names = sorted(set(_REFUSED_GLOBAL.findall(text)))
-        what = ", ".join(names) if names else "an unpickling instruction torch does not allow"
+    names = sorted(set(_REFUSED_GLOBAL.findall(text)))
+    if isinstance(exc, pickle.UnpicklingError) and names:
         return CheckpointError(
-            f"{path}: holds objects outside the allowed set ({what}); avsr reads only tensors, plain Python "
-            "data and fairseq's Namespace/Dictionary/SentencepieceBPE from checkpoints, and refused the file "
-            "without running any of its code")
-    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+            f"{path}: holds objects outside the allowed set ({', '.join(names)}); avsr reads only tensors, "
+            "plain Python data and fairseq's Namespace/Dictionary/SentencepieceBPE from checkpoints, and "
+            "refused the file without running any of its code")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if "eights only load failed" in text:  # torch's advice is not for us: keep only what it found
+        lines = [line for line in lines if "weights_only" not in line and "eights only load failed" not in line]
+    first = lines[0] if lines else ""
     return CheckpointError(f"{path}: truncated or not a torch checkpoint ({type(exc).__name__}: {first})")

@@ -1,0 +1,92 @@
+"""Every command-line tool reports bad input and misuse in one line, ``avsr-<tool>: error: ...`` naming the
+file, utterance or key, with exit status 2 for usage/config errors and 1 for data/runtime errors; ``--debug``
+(or ``AVSR_DEBUG=1``) shows the traceback instead."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+
+@pytest.fixture()
+def files(tmp_path):
+    (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint at all")
+    (tmp_path / "badkey.yaml").write_text("max_epoch: 2\nlrr: 0.1\n")
+    (tmp_path / "badtype.yaml").write_text('lr: "abc"\n')
+    (tmp_path / "badbool.yaml").write_text("use_amp: yes\n")
+    return tmp_path
+
+
+def _run(capsys, tool: str, argv: list[str]) -> tuple[int, str]:
+    status = importlib.import_module(f"avsr.bin.{tool}").main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    return status, err[-1] if err else ""
+
+
+TRAIN = ["--train-data", "x", "--valid-data", "y", "--exp-dir", "exp", "--bpemodel", "b.model"]
+
+
+@pytest.mark.parametrize(
+    "tool, argv, status, prog, named",
+    [
+        ("prepare_data", ["--corpus", "{d}/nope", "--out", "{d}/data"], 1, "avsr-prepare-data", "nope/train"),
+        ("subset_data", ["--src", "{d}/nope", "--dst", "{d}/d2", "--percent", "10"], 1, "avsr-subset-data",
+         "nope"),
+        ("tokenizer", ["--text", "{d}/nope.txt", "--out", "{d}/tok"], 1, "avsr-tokenizer", "nope.txt"),
+        ("train", ["--config", "{d}/nope.yaml", *TRAIN], 2, "avsr-train", "nope.yaml"),
+        ("train", ["--config", "{d}/badkey.yaml", *TRAIN], 2, "avsr-train", "unknown config key 'lrr'"),
+        ("train", ["--config", "{d}/badtype.yaml", *TRAIN], 2, "avsr-train", "lr: expected a number, got 'abc'"),
+        ("train", ["--config", "{d}/badbool.yaml", *TRAIN], 2, "avsr-train", "use_amp: expected true or false"),
+        ("train", ["--config", "avsr_synthgrid_cpu", *TRAIN], 1, "avsr-train", "b.model"),
+        ("decode", ["--exp-dir", "{d}/nope", "--data", "{d}", "--decode-config", "default", "--out", "{d}/o"],
+         1, "avsr-decode", "nope"),
+        ("decode", ["--checkpoint", "{d}/garbage.pt", "--data", "{d}", "--decode-config", "defautl", "--out",
+                    "{d}/o"], 2, "avsr-decode", "'defautl'"),
+        ("transcribe", ["{d}/nope.mp4", "--checkpoint", "{d}/garbage.pt"], 1, "avsr-transcribe", "nope.mp4"),
+        ("transcribe", ["{d}/badkey.yaml", "--checkpoint", "{d}/garbage.pt"], 1, "avsr-transcribe",
+         "garbage.pt: truncated or not a torch checkpoint"),
+        ("convert", ["{d}/garbage.pt", "{d}/out.pt"], 1, "avsr-convert", "garbage.pt"),
+        ("score", ["--decode-dir", "{d}/nope", "--out", "{d}/res"], 1, "avsr-score", "nope"),
+        ("synthgrid", ["--out", "{d}/sg", "--num-train", "-3"], 2, "avsr-synthgrid", "num_train"),
+    ],
+)
+def test_bad_input_is_one_line_naming_it(files, capsys, tool, argv, status, prog, named):
+    argv = [a.format(d=files) for a in argv]
+    got, line = _run(capsys, tool, argv)
+    assert got == status, line
+    assert line.startswith(f"{prog}: error: ") and named in line, line
+
+
+def test_a_crafted_checkpoint_is_refused_as_such(tmp_path, capsys):
+    class Evil:
+        def __reduce__(self):
+            return (print, ("must never run",))
+
+    torch.save({"model": {}, "model_config": {}, "x": Evil()}, tmp_path / "evil.pt")
+    status, line = _run(capsys, "convert", [str(tmp_path / "evil.pt"), str(tmp_path / "out.pt")])
+    assert status == 1 and "holds objects outside the allowed set (" in line and "print)" in line
+    assert "truncated" not in line and "weights_only" not in line
+
+
+def test_debug_shows_the_traceback(files, capsys, monkeypatch):
+    from avsr.config import ConfigError
+
+    argv = ["--config", str(files / "badkey.yaml"), *TRAIN]
+    with pytest.raises(ConfigError, match="lrr"):
+        importlib.import_module("avsr.bin.train").main([*argv, "--debug"])
+    monkeypatch.setenv("AVSR_DEBUG", "1")
+    with pytest.raises(ConfigError, match="lrr"):
+        importlib.import_module("avsr.bin.train").main(argv)
+
+
+def test_a_genuine_bug_is_not_hidden(monkeypatch):
+    from avsr.bin.runner import tool
+
+    @tool("avsr-x")
+    def main(argv):
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):
+        main([])
