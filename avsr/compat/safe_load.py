@@ -240,6 +240,6 @@ def load_error(path: str | os.PathLike, exc: BaseException) -> CheckpointError:
             "refused the file without running any of its code")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if "eights only load failed" in text:  # torch's advice is not for us: keep only what it found
-        lines = [line for line in lines if "weights_only" not in line and "eights only load failed" not in line]
+        lines = [x for x in lines if "weights_only" not in x and "eights only load failed" not in x]
     first = lines[0] if lines else ""
     return CheckpointError(f"{path}: truncated or not a torch checkpoint ({type(exc).__name__}: {first})")
