@@ -9,9 +9,12 @@ models) follow the same pattern in :mod:`avsr.train.checkpoint`, :mod:`avsr.data
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
-__all__ = ["tmp_path_for", "write_text_atomic"]
+__all__ = ["tmp_path_for", "write_text_atomic", "remove_stale_tmp"]
+
+_TMP = re.compile(r"^\..+\.(\d+)\.tmp$")
 
 
 def tmp_path_for(path: str | os.PathLike) -> Path:
@@ -33,3 +36,30 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a process of another user
+        return True
+    return True
+
+
+def remove_stale_tmp(directory: str | os.PathLike, recursive: bool = False) -> list[Path]:
+    """Remove the temporary files (:func:`tmp_path_for`) that interrupted writes left in ``directory``: those
+    of processes no longer running on this machine. Returns the removed paths (logged by the caller)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    removed = []
+    for path in directory.rglob(".*.tmp") if recursive else directory.glob(".*.tmp"):
+        match = _TMP.match(path.name)
+        if match and path.is_file() and not _alive(int(match.group(1))):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed

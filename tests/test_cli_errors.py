@@ -92,3 +92,41 @@ def test_a_genuine_bug_is_not_hidden(monkeypatch):
 
     with pytest.raises(KeyError):
         main([])
+
+
+def test_an_experiment_refuses_to_resume_with_other_settings(tmp_path):
+    import yaml
+
+    from avsr.bin.runner import UsageError
+    from avsr.bin.train import keep_promise
+
+    old = {"lr": 0.001, "max_epoch": 3, "encoder_conf": {"encoder_layers": 2}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))
+    keep_promise(tmp_path, {**old, "lr": 0.002}, allow_change=False)  # no checkpoint yet: a new start
+    (tmp_path / "checkpoint.pt").write_bytes(b"x")
+    keep_promise(tmp_path, dict(old), allow_change=False)  # same settings: resume
+    new = {**old, "lr": 0.002, "encoder_conf": {"encoder_layers": 4}}
+    with pytest.raises(UsageError) as err:
+        keep_promise(tmp_path, new, allow_change=False)
+    assert "encoder_conf.encoder_layers: 2 -> 4" in str(err.value) and "lr: 0.001 -> 0.002" in str(err.value)
+    assert "--allow-config-change" in str(err.value)
+    keep_promise(tmp_path, new, allow_change=True)
+    assert yaml.safe_load((tmp_path / "config.1.yaml").read_text()) == old
+    assert "lr: 0.001 -> 0.002" in (tmp_path / "config_changes.log").read_text()
+
+
+def test_stale_temporary_files_are_removed(tmp_path):
+    import subprocess
+
+    from avsr.fileio import remove_stale_tmp, tmp_path_for
+
+    proc = subprocess.Popen(["true"])  # a process that has ended: its temporary files are stale
+    proc.wait()
+    stale = tmp_path / f".epoch3.pt.{proc.pid}.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    mine = tmp_path_for(tmp_path / "config.yaml")
+    mine.write_text("being written")
+    other = tmp_path / "notes.tmp"
+    other.write_text("not ours")
+    assert remove_stale_tmp(tmp_path) == [stale]
+    assert not stale.exists() and mine.exists() and other.exists()

@@ -52,6 +52,7 @@ def convert(src: str | Path, dst: str | Path, config_out: str | Path | None = No
     from avsr.compat import CheckpointError, read_checkpoint
     from avsr.config import to_dict
     from avsr.encoder import AVHubertEncoder
+    from avsr.fileio import write_text_atomic
     from avsr.models.asr import AVSRModel
     from avsr.train.checkpoint import save_atomic
 
@@ -67,10 +68,8 @@ def convert(src: str | Path, dst: str | Path, config_out: str | Path | None = No
     save_atomic({"model": module.state_dict(), "model_config": model_config, "converted_from": origin}, dst)
     config_out = Path(config_out) if config_out is not None else dst.with_suffix(".yaml")
     config_out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = config_out.with_name(f".{config_out.name}.tmp")
-    tmp.write_text(f"# converted by avsr-convert from {src} ({loaded.kind})\n"
-                   + yaml.safe_dump(model_config, sort_keys=False, allow_unicode=True), encoding="utf-8")
-    tmp.replace(config_out)
+    write_text_atomic(config_out, f"# converted by avsr-convert from {src} ({loaded.kind})\n"
+                      + yaml.safe_dump(model_config, sort_keys=False, allow_unicode=True))
     if bpemodel_out is not None:
         if loaded.sentencepiece is None:
             raise CheckpointError(f"{src}: no sentencepiece model is pickled in this checkpoint")

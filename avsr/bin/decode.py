@@ -44,7 +44,7 @@ from avsr.bin.runner import UsageError, tool
 from avsr.config import config_path, parse_yaml, to_dict
 from avsr.data.datadir import read_datadir, write_kaldi_map
 from avsr.decode.beam_search import DecodeConfig
-from avsr.fileio import write_text_atomic
+from avsr.fileio import remove_stale_tmp, write_text_atomic
 from avsr.inference import MODALITY_INPUTS, PRECISIONS, Transcriber
 from avsr.train.checkpoint import best_checkpoints
 
@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int | None:
     utts = read_datadir(args.data)
     refs = {u.utt_id: u.text for u in utts}
 
+    for path in remove_stale_tmp(args.out / test_set, recursive=True):
+        logger.info("removed %s, left by an interrupted write", path)
     conditions: list[tuple[str, float | None]] = [("clean", None)]
     if args.noise_file is not None:
         conditions += [(f"{args.noise_name}_{snr:g}", snr) for snr in args.snrs]

@@ -16,6 +16,7 @@ from pathlib import Path
 from avsr.bin.runner import tool
 from avsr.data.datadir import read_kaldi_map
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
+from avsr.fileio import write_text_atomic
 
 logger = logging.getLogger("avsr.tokenizer")
 
@@ -33,9 +34,7 @@ def main(argv: list[str] | None = None) -> int | None:
     texts = list(read_kaldi_map(args.text).values())
     model = train_sentencepiece(texts, args.out / "bpe", args.vocab_size, args.model_type)
     tok = Tokenizer(model)
-    tmp = args.out / "tokens.txt.tmp"
-    tmp.write_text("\n".join(tok.token_list) + "\n", encoding="utf-8")
-    tmp.replace(args.out / "tokens.txt")
+    write_text_atomic(args.out / "tokens.txt", "\n".join(tok.token_list) + "\n")
     logger.info(
         "%s: %d tokens; example %s -> %s",
         model,

@@ -4,7 +4,11 @@ Reads a training YAML (``conf/train/*.yaml``: loop settings at the top level plu
 ``decoder_conf``, ``model_conf``), Kaldi data dirs and a sentencepiece model, and writes into ``--exp-dir``:
 ``config.yaml`` (the resolved configuration), ``bpe.model`` (a copy), ``train.log``, ``train_log.jsonl``
 (one line per epoch), ``epoch<N>.pt`` and ``checkpoint.pt``. Re-running the same command resumes from
-``checkpoint.pt``. For several GPUs run it under ``torchrun --nproc_per_node N``.
+``checkpoint.pt`` -- with the same settings: resuming into an experiment whose ``config.yaml`` differs from
+the new settings (and that holds checkpoints) is refused with the differing keys named, unless
+``--allow-config-change`` is given; then the change is logged, appended to ``config_changes.log`` and the old
+configuration kept as ``config.<N>.yaml``. Temporary files of interrupted writes are removed at the start.
+For several GPUs run it under ``torchrun --nproc_per_node N``.
 
 Fine-tuning: ``--init-encoder CKPT`` starts the encoder from the encoder of a pretraining (or any avsr)
 checkpoint. Pretraining (masked multimodal cluster prediction, ``AVHubertPretrainModel``): a YAML with a
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import logging
 import shutil
 import sys
@@ -30,11 +35,12 @@ from pathlib import Path
 import torch
 import yaml
 
-from avsr.bin.runner import tool
-from avsr.config import ConfigError
+from avsr.bin.runner import UsageError, tool
+from avsr.config import ConfigError, parse_yaml
 from avsr.data.datadir import read_datadir
 from avsr.data.dataset import AVDataset, LabelSet
 from avsr.data.tokenizer import Tokenizer
+from avsr.fileio import remove_stale_tmp, write_text_atomic
 from avsr.train.trainer import Trainer, build_audio_augment, build_noise, load_train_config
 
 logger = logging.getLogger("avsr.train")
@@ -93,6 +99,47 @@ def init_encoder(model: torch.nn.Module, path: Path) -> None:
     logger.info("encoder initialised from %s (%d tensors)", path, len(enc))
 
 
+def _flatten(value: object, prefix: str = "") -> dict[str, object]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists and scalars are leaves)."""
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def keep_promise(exp_dir: Path, resolved: dict, allow_change: bool) -> None:
+    """Refuse to resume an experiment trained with other settings (see the module docstring).
+
+    Raises:
+        UsageError: ``exp_dir`` holds checkpoints and a ``config.yaml`` that differs from ``resolved`` (the
+            differing keys named), and ``allow_change`` is False.
+    """
+    path = exp_dir / "config.yaml"
+    trained = (exp_dir / "checkpoint.pt").is_file() or any(exp_dir.glob("epoch*.pt"))
+    if not (path.is_file() and trained):
+        return
+    old = _flatten(parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {})
+    new = _flatten(yaml.safe_load(yaml.safe_dump(resolved)))  # as it would be written
+    differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    if not differ:
+        return
+    changes = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differ)
+    if not allow_change:
+        raise UsageError(f"{exp_dir} holds checkpoints trained with other settings ({changes}); train into "
+                         "another --exp-dir, or pass --allow-config-change to resume with the new settings")
+    n = 1
+    while (exp_dir / f"config.{n}.yaml").exists():
+        n += 1
+    shutil.copyfile(path, exp_dir / f"config.{n}.yaml")
+    with open(exp_dir / "config_changes.log", "a", encoding="utf-8") as log:
+        log.write(f"{datetime.datetime.now().isoformat(timespec='seconds')} resumed with {changes} "
+                  f"(previous config: config.{n}.yaml)\n")
+    logger.warning("resuming %s with changed settings: %s (previous config kept as config.%d.yaml)", exp_dir,
+                   changes, n)
+
+
 @tool("avsr-train")
 def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring)."""
@@ -111,6 +158,8 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--train-noise", default=None, help="noise wav for training-time augmentation")
     p.add_argument("--ngpu", type=int, default=0, help="0: CPU; >=1: CUDA (several through torchrun)")
     p.add_argument("--max-epoch", type=int, default=None, help="override max_epoch of the config")
+    p.add_argument("--allow-config-change", action="store_true",
+                   help="resume an experiment with settings other than its config.yaml (logged, old kept)")
     args = p.parse_args(argv)
     setup_logging(args.exp_dir / "train.log")
 
@@ -152,11 +201,14 @@ def main(argv: list[str] | None = None) -> int | None:
     logger.info("model: %.2fM parameters", n_params / 1e6)
 
     args.exp_dir.mkdir(parents=True, exist_ok=True)
-    if tokenizer is not None:
-        shutil.copyfile(args.bpemodel, args.exp_dir / "bpe.model")
+    for path in remove_stale_tmp(args.exp_dir):
+        logger.info("removed %s, left by an interrupted write", path)
     resolved = {**dataclasses.asdict(cfg), **model_config}
     resolved["betas"] = list(resolved["betas"])
-    (args.exp_dir / "config.yaml").write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+    keep_promise(args.exp_dir, resolved, args.allow_config_change)
+    if tokenizer is not None:
+        shutil.copyfile(args.bpemodel, args.exp_dir / "bpe.model")
+    write_text_atomic(args.exp_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
 
     train_set = AVDataset(
         read_datadir(args.train_data, require_text=not pretrain),

@@ -13,13 +13,14 @@ from pathlib import Path
 import torch
 
 from avsr.compat.safe_load import load_error
+from avsr.fileio import tmp_path_for
 
 
 def save_atomic(obj: object, path: str | os.PathLike) -> None:
     """``torch.save(obj, path)`` through a temporary file and an atomic rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = tmp_path_for(path)
     try:
         torch.save(obj, tmp)
         os.replace(tmp, path)
