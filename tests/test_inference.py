@@ -335,3 +335,24 @@ def test_long_input_is_cut_at_pauses_decoded_batched_and_joined(env):
     # not cut: a warning when the input is longer than the training range
     whole = Transcriber(env["models"][0], env["tokenizer"], DECODE, train_max_s=3.0)(video=frames, audio=wav)
     assert "longer than the longest training utterance" in whole.info["warning"]
+
+
+def test_avsr_transcribe_reports_a_missing_input_and_writes_the_others(env, tmp_path, capsys):
+    import json
+
+    from avsr.cli import main as avsr_main
+
+    decode = tmp_path / "decode.yaml"
+    decode.write_text("beam_size: 2\nctc_weight: 0.3\nmaxlenratio: 0.3\nminlenratio: 0.1\n")
+    good = env["utts"][0][0]
+    status = avsr_main(["transcribe", str(tmp_path / "missing.mp4"), str(good), "--checkpoint",
+                        str(env["exp"]), "--decode-config", str(decode), "--modality", "video", "--json",
+                        str(tmp_path / "o.json")])
+    captured = capsys.readouterr()
+    assert status == 1
+    first = captured.err.strip().splitlines()[0]
+    assert first == f"avsr-transcribe: error: {tmp_path / 'missing.mp4'}: no such file or folder"
+    assert captured.out.startswith(f"{good}\t")
+    rows = json.loads((tmp_path / "o.json").read_text())
+    assert rows[0]["file"] == str(tmp_path / "missing.mp4") and "no such file" in rows[0]["error"]
+    assert rows[1]["file"] == str(good) and rows[1]["modality"] == "video" and "error" not in rows[1]

@@ -221,6 +221,13 @@ def main(argv: list[str] | None = None) -> int | None:
     )
     valid_set = AVDataset(read_datadir(args.valid_data, require_text=not pretrain), tokenizer, train=False,
                           label_sets=valid_labels or ())
+    for name, dataset in (("--train-data", train_set), ("--valid-data", valid_set)):
+        longest = max(range(len(dataset)), key=dataset.num_frames, default=None)
+        if longest is not None and dataset.num_frames(longest) > cfg.batch_frames:
+            raise ConfigError(
+                f"{args.config}: batch_frames is {cfg.batch_frames}, but utterance "
+                f"'{dataset.utts[longest].utt_id}' of {name} has {dataset.num_frames(longest)} frames; raise "
+                "batch_frames or leave the utterance out of the data dir")
     device = "cuda" if args.ngpu > 0 else "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("--ngpu > 0 but CUDA is not available")

@@ -45,24 +45,22 @@ DEFAULT_SEGMENT_S = 15.0
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".mpg", ".mpeg")
 
 
-def collect_inputs(paths: list[Path]) -> list[Path]:
-    """The files to transcribe: each path given, or for a folder every video in it (sorted, recursive).
-
-    Raises:
-        InferenceError: a path does not exist, or a folder holds no video.
-    """
+def collect_inputs(paths: list[Path]) -> tuple[list[Path], dict[Path, str]]:
+    """The files to transcribe: each path given, or for a folder every video in it (sorted, recursive); and
+    the paths that give none (no such file or folder, a folder without video) with the reason."""
     files: list[Path] = []
+    bad: dict[Path, str] = {}
     for path in paths:
         if path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.suffix.lower() in VIDEO_SUFFIXES and p.is_file())
             if not found:
-                raise InferenceError(f"{path}: no video ({', '.join(VIDEO_SUFFIXES)}) in this folder")
+                bad[path] = f"{path}: no video ({', '.join(VIDEO_SUFFIXES)}) in this folder"
             files += found
         elif path.is_file():
             files.append(path)
         else:
-            raise InferenceError(f"{path}: no such file or folder")
-    return files
+            bad[path] = f"{path}: no such file or folder"
+    return files, bad
 
 
 @tool("avsr-transcribe")
@@ -111,7 +109,11 @@ def main(argv: list[str] | None = None) -> int | None:
         p.error("--device cuda but CUDA is not available")
     if args.device == "cpu":
         torch.set_num_threads(args.num_threads)
-    files = collect_inputs(args.inputs)
+    files, bad = collect_inputs(args.inputs)
+    for reason in bad.values():
+        print(f"avsr-transcribe: error: {reason}", file=sys.stderr)
+    if not files:
+        raise InferenceError("nothing to transcribe: " + "; ".join(bad.values()))
     try:
         segment_s = None if args.max_segment_s == "auto" else float(args.max_segment_s)
     except ValueError:
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int | None:
     items = [TranscribeItem(video=f, audio=f, key=f.stem) for f in files]
     results = transcriber.transcribe_batch(items, modality=args.modality, noise=args.noise,
                                            snr_db=args.snr_db, work_dir=args.work_dir)
-    rows = []
+    rows = [{"file": str(path), "error": reason} for path, reason in bad.items()]
     for src, result in zip(files, results):
         if not result.ok:
             print(f"avsr-transcribe: error: {result.error}", file=sys.stderr)
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> int | None:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(args.json, json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
-    return 1 if any(not r.ok for r in results) else 0
+    return 1 if bad or any(not r.ok for r in results) else 0
 
 
 if __name__ == "__main__":

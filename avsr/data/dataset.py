@@ -223,6 +223,8 @@ class AVDataset(torch.utils.data.Dataset):
             if not u.wav:
                 raise DataError(f"utterance '{u.utt_id}' has no wav.scp entry but audio is requested")
             wav = read_wav(u.wav)
+            if not bool(torch.isfinite(wav).all()):
+                raise DataError(f"utterance '{u.utt_id}': {u.wav} has NaN or infinite samples")
         if "video" in self.modalities:
             if not u.video:
                 raise DataError(f"utterance '{u.utt_id}' has no video.scp entry but video is requested")
