@@ -22,6 +22,8 @@ import yaml
 from avsr.cli import SUBCOMMANDS
 from avsr.cli import main as avsr_main
 from avsr.decode.align import AlignmentError, TokenSpan, ctc_align, group_words, word_timings
+from tests.test_inference import CONFIG as TINY_MODEL
+from tests.test_inference import DECODE
 
 needs_media = pytest.mark.skipif(
     importlib.util.find_spec("mediapipe") is None
@@ -29,8 +31,6 @@ needs_media = pytest.mark.skipif(
     or shutil.which("festival") is None,
     reason="needs mediapipe, scikit-image and festival",
 )
-
-DECODE = {"beam_size": 2, "ctc_weight": 0.3, "maxlenratio": 0.3, "minlenratio": 0.1}
 
 
 def transcribe(setup: dict, *inputs: str, modality: str | None = None) -> int:
@@ -132,26 +132,7 @@ def setup(tmp_path_factory):
     texts = [" ".join(grammar.sample_sentence(rng)) for _ in range(300)]
     exp = root / "exp"
     tokenizer = Tokenizer(train_sentencepiece(texts, exp / "bpe", vocab_size=40))  # exp/bpe.model
-    config = {
-        "vocab_size": tokenizer.vocab_size,
-        "encoder_conf": {
-            "encoder_layers": 1,
-            "encoder_embed_dim": 32,
-            "encoder_ffn_embed_dim": 64,
-            "encoder_attention_heads": 2,
-            "conv_pos": 8,
-            "conv_pos_groups": 4,
-            "resnet_widths": [4, 4, 8, 8],
-            "modality_dropout": 0.0,
-        },
-        "decoder_conf": {
-            "decoder_layers": 1,
-            "decoder_embed_dim": 32,
-            "decoder_ffn_embed_dim": 64,
-            "decoder_attention_heads": 2,
-        },
-        "model_conf": {"ctc_weight": 0.3},
-    }
+    config = {"vocab_size": tokenizer.vocab_size, **TINY_MODEL}  # the tiny model of test_inference
     torch.manual_seed(0)
     model = AVSRModel.from_config(config)
     save_atomic(

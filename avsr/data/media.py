@@ -9,8 +9,10 @@ leaves a half-written file under the final name. Every error is a :class:`MediaE
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -151,6 +153,22 @@ def _gray(frame: av.VideoFrame) -> np.ndarray:
 _SMALL_FRAME_PIXELS = 160 * 160  # read_video decodes frames up to this size single-threaded
 
 
+@contextlib.contextmanager
+def _video_stream(path: Path) -> Iterator[tuple[av.container.InputContainer, av.video.stream.VideoStream]]:
+    """``(container, first video stream)`` of an existing file; any FFmpeg error inside the ``with`` block
+    becomes a :class:`MediaError` naming the file."""
+    _check_exists(path, "video")
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise MediaError(f"video file {path} has no video stream")
+            yield container, container.streams.video[0]
+    except MediaError:
+        raise
+    except Exception as exc:  # av.error.FFmpegError and friends
+        raise MediaError(f"cannot read video file {path}: {exc}") from exc
+
+
 def read_video(path: str | os.PathLike) -> torch.Tensor:
     """Decode all frames of the first video stream of a file as grayscale (the luma plane).
 
@@ -164,21 +182,12 @@ def read_video(path: str | os.PathLike) -> torch.Tensor:
         MediaError: the file is missing, cannot be decoded (corrupt), has no video stream or no frame.
     """
     path = Path(path)
-    _check_exists(path, "video")
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise MediaError(f"video file {path} has no video stream")
-            stream = container.streams.video[0]
-            if stream.codec_context.width * stream.codec_context.height <= _SMALL_FRAME_PIXELS:
-                # ROI-sized frames decode 2-3x faster on the calling thread than with FFmpeg's frame threads
-                stream.thread_type = "NONE"
-                stream.codec_context.thread_count = 1
-            frames = [_gray(frame) for frame in container.decode(stream)]
-    except MediaError:
-        raise
-    except Exception as exc:  # av.error.FFmpegError and friends
-        raise MediaError(f"cannot read video file {path}: {exc}") from exc
+    with _video_stream(path) as (container, stream):
+        if stream.codec_context.width * stream.codec_context.height <= _SMALL_FRAME_PIXELS:
+            # ROI-sized frames decode 2-3x faster on the calling thread than with FFmpeg's frame threads
+            stream.thread_type = "NONE"
+            stream.codec_context.thread_count = 1
+        frames = [_gray(frame) for frame in container.decode(stream)]
     if not frames:
         raise MediaError(f"video file {path} has no decodable frame")
     return torch.from_numpy(np.stack(frames))
@@ -203,22 +212,12 @@ def check_video(path: str | os.PathLike) -> VideoCheck:
     Raises:
         MediaError: the file is missing, cannot be opened or decoded, or has no video stream.
     """
-    path = Path(path)
-    _check_exists(path, "video")
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise MediaError(f"video file {path} has no video stream")
-            stream = container.streams.video[0]
-            stream.thread_type = "NONE"
-            stream.codec_context.thread_count = 1
-            decoded = sum(1 for _ in container.decode(stream))
-            return VideoCheck(stream.codec_context.width, stream.codec_context.height,
-                              float(stream.average_rate or 0.0), int(stream.frames or 0), decoded)
-    except MediaError:
-        raise
-    except Exception as exc:  # av.error.FFmpegError and friends
-        raise MediaError(f"cannot read video file {path}: {exc}") from exc
+    with _video_stream(Path(path)) as (container, stream):
+        stream.thread_type = "NONE"
+        stream.codec_context.thread_count = 1
+        decoded = sum(1 for _ in container.decode(stream))
+        return VideoCheck(stream.codec_context.width, stream.codec_context.height,
+                          float(stream.average_rate or 0.0), int(stream.frames or 0), decoded)
 
 
 def video_fps(path: str | os.PathLike) -> float:
@@ -228,16 +227,8 @@ def video_fps(path: str | os.PathLike) -> float:
         MediaError: the file is missing, unreadable or has no video stream.
     """
     path = Path(path)
-    _check_exists(path, "video")
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise MediaError(f"video file {path} has no video stream")
-            rate = container.streams.video[0].average_rate
-    except MediaError:
-        raise
-    except Exception as exc:
-        raise MediaError(f"cannot read video file {path}: {exc}") from exc
+    with _video_stream(path) as (_, stream):
+        rate = stream.average_rate
     if rate is None:
         raise MediaError(f"video file {path} does not state a frame rate")
     return float(rate)
