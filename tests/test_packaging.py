@@ -208,3 +208,38 @@ def test_ci_runs_exactly_the_readme_test_command():
     assert len(ci) == 1 and f"   {ci[0]}\n" in readme
     assert "scripts/wheel_smoke.sh" in ci[0]
     assert os.access(REPO / "scripts/wheel_smoke.sh", os.R_OK)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The avsr modules a module imports anywhere in its body (function-level imports too)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("avsr"):
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("avsr"))
+    return found & modules
+
+
+def test_no_two_modules_import_each_other():
+    """Data flows one way: no import cycle between avsr's modules, lazy function-level imports included
+    (shared types such as Hypothesis live in modules of their own)."""
+    root = Path(__file__).resolve().parents[1]
+    files = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (root / "avsr").rglob("*.py")}
+    graph = {m: _imports(p, set(files)) - {m} for m, p in files.items()}
+    in_cycle = []
+    for start in graph:
+        stack, seen = list(graph[start]), set()
+        while stack:
+            node = stack.pop()
+            if node == start:
+                in_cycle.append(start)
+                break
+            if node not in seen:
+                seen.add(node)
+                stack.extend(graph.get(node, ()))
+    assert not in_cycle, f"modules in an import cycle: {sorted(in_cycle)}"
