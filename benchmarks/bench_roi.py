@@ -1,4 +1,4 @@
-"""Speed of mouth-ROI extraction (face mesh -> 68 landmarks, AV-HuBERT's alignment and crop) on a real face video.
+"""Speed of mouth-ROI extraction (face mesh -> 68 landmarks, AV-HuBERT's alignment and crop) on a face video.
 
 Usage::
 

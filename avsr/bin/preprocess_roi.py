@@ -181,12 +181,17 @@ def landmark_file(landmarks_dir: str | os.PathLike, job: Job, src_dir: str | os.
             raise ValueError(
                 f"{job.name}: an absolute path needs --src-dir to find its file in --landmarks-dir"
             )
-        try:
-            name = Path(os.path.abspath(name)).relative_to(os.path.abspath(src_dir))
-        except ValueError:
-            raise ValueError(
-                f"{job.name} is not inside --src-dir {src_dir}: no landmark file for it"
-            ) from None
+        inside = [
+            Path(src).relative_to(root)
+            for src, root in (
+                (os.path.abspath(name), os.path.abspath(src_dir)),
+                (name.resolve(), Path(src_dir).resolve()),
+            )
+            if Path(src).is_relative_to(root)
+        ]
+        if not inside:
+            raise ValueError(f"{job.name} is not inside --src-dir {src_dir}: no landmark file for it")
+        name = inside[0]
     if ".." in name.parts:
         raise ValueError(f"{job.name}: its landmark file would lie outside --landmarks-dir")
     stem = str(Path(landmarks_dir) / name.with_suffix(""))
