@@ -1,12 +1,19 @@
 """Preprocess raw face videos into mouth ROIs (96x96 gray 25 fps mp4) and 16 kHz mono wavs, in parallel.
 
 Usage: ``python -m avsr.bin.preprocess_roi --src-dir LRS3 --dst-dir roi [--ext mp4] [--nj 4]
-[--fail-on-error]``: every ``<src-dir>/<rel>.<ext>`` gives ``<dst-dir>/<rel>.mp4`` and ``<dst-dir>/<rel>.wav``
-(LRS3's ``<split>/<speaker>/<id>.mp4`` keeps its layout); nothing else is copied. Or ``--list FILE``, one
-video per line: ``<src>`` (relative to ``--src-dir``, whose layout is kept), or ``<src> <dst.mp4>`` (the
-output relative to ``--dst-dir``), or ``<src> <dst.mp4> <start_s> <end_s>`` to keep only that part
-(``end_s`` -1: to the end; the pieces of long LRS3 ``pretrain`` clips, see :mod:`avsr.data.lrs3`); relative
+[--landmarks-dir LANDMARKS] [--fail-on-error]``: every ``<src-dir>/<rel>.<ext>`` gives
+``<dst-dir>/<rel>.mp4`` and ``<dst-dir>/<rel>.wav`` (LRS3's ``<split>/<speaker>/<id>.mp4`` keeps its
+layout); nothing else is copied. Or ``--list FILE``, one video per line: ``<src>`` (relative to
+``--src-dir``, whose layout is kept), or ``<src> <dst.mp4>`` (the output relative to ``--dst-dir``), or
+``<src> <dst.mp4> <start_s> <end_s>`` to keep only that part (``end_s`` -1: to the end; the pieces of long
+LRS3 ``pretrain`` clips, see :mod:`avsr.data.lrs3`); relative
 ``<src>`` paths are taken from ``--src-dir`` if given, else from the current directory.
+
+With ``--landmarks-dir DIR`` the landmarks are not detected but read from ``<DIR>/<rel>.pkl`` (or ``.npy``),
+``<rel>`` being the source video's path relative to ``--src-dir`` without its suffix: the layout of
+AV-HuBERT's ``detect_landmark.py`` (``--landmark``), so that the published LRS3 / VoxCeleb2 landmarks give
+the original's crops (:func:`avsr.data.roi.load_landmarks`; a segment of a list uses its frames of
+the whole video's landmarks). A video without a landmark file fails (``failed.tsv``).
 
 Outputs are written atomically (wav, then mp4), so a run can be stopped at any time and run again: a video
 whose two outputs exist is skipped. A video that fails (unreadable, no face, no audio) is logged with the
@@ -66,7 +73,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ext", default="mp4", help="comma-separated extensions under --src-dir (default mp4)")
     p.add_argument("--nj", type=int, default=1, help="worker processes (default %(default)s)")
-    p.add_argument("--smooth-window", type=int, default=12, help="landmark smoothing window in frames")
+    p.add_argument(
+        "--smooth-window",
+        "--window-margin",
+        dest="smooth_window",
+        type=int,
+        default=12,
+        help="frames whose mean landmarks align a frame (AV-HuBERT's --window-margin; default %(default)s)",
+    )
+    p.add_argument(
+        "--landmarks-dir",
+        help="read iBUG-68 landmarks from <dir>/<video relative to --src-dir, no suffix>.pkl (AV-HuBERT's "
+        "detect_landmark.py output, or .npy) instead of detecting them",
+    )
     p.add_argument("--fail-on-error", action="store_true", help="exit with status 1 if any video failed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -149,7 +168,41 @@ def _reason(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())  # one line
 
 
-def _process(job: Job, dst_dir: str, smooth_window: int) -> tuple[Job, dict | None, str | None]:
+def landmark_file(landmarks_dir: str | os.PathLike, job: Job, src_dir: str | os.PathLike | None) -> Path:
+    """The landmark file of a job: ``<landmarks_dir>/<source relative to src_dir, no suffix>.pkl``, or the
+    ``.npy`` beside it when only that exists (see the module docstring).
+
+    Raises:
+        ValueError: the source is an absolute path outside ``src_dir`` (or there is no ``src_dir``), or its
+            relative path leaves the landmark directory.
+    """
+    name = Path(job.name)
+    if name.is_absolute():
+        if src_dir is None:
+            raise ValueError(
+                f"{job.name}: an absolute path needs --src-dir to find its file in --landmarks-dir"
+            )
+        inside = [
+            Path(src).relative_to(root)
+            for src, root in (
+                (os.path.abspath(name), os.path.abspath(src_dir)),
+                (name.resolve(), Path(src_dir).resolve()),
+            )
+            if Path(src).is_relative_to(root)
+        ]
+        if not inside:
+            raise ValueError(f"{job.name} is not inside --src-dir {src_dir}: no landmark file for it")
+        name = inside[0]
+    if ".." in name.parts:
+        raise ValueError(f"{job.name}: its landmark file would lie outside --landmarks-dir")
+    stem = str(Path(landmarks_dir) / name.with_suffix(""))
+    pkl, npy = Path(stem + ".pkl"), Path(stem + ".npy")
+    return npy if npy.is_file() and not pkl.is_file() else pkl
+
+
+def _process(
+    job: Job, dst_dir: str, smooth_window: int, landmarks_dir: str | None = None, src_dir: str | None = None
+) -> tuple[Job, dict | None, str | None]:
     """Worker: preprocess one video; returns ``(job, stats, None)`` or ``(job, None, reason)``."""
     from avsr.data.roi import preprocess_video
 
@@ -157,6 +210,8 @@ def _process(job: Job, dst_dir: str, smooth_window: int) -> tuple[Job, dict | No
     try:
         mp4.parent.mkdir(parents=True, exist_ok=True)
         kwargs = {"smooth_window": smooth_window, "start_s": job.start_s, "end_s": job.end_s}
+        if landmarks_dir is not None:
+            kwargs["landmarks"] = landmark_file(landmarks_dir, job, src_dir)
         return job, preprocess_video(job.src, mp4, wav, **kwargs), None
     except Exception as exc:  # one bad file must not stop the others; the reason goes to failed.tsv
         return job, None, _reason(exc)
@@ -170,8 +225,12 @@ def preprocess_dir(
     nj: int = 1,
     smooth_window: int = 12,
     progress: bool = True,
+    landmarks_dir: str | os.PathLike | None = None,
 ) -> dict:
     """Preprocess every video of ``list_file`` or under ``src_dir`` not done yet (see the module docstring).
+
+    ``landmarks_dir``: read each video's landmarks from there (:func:`landmark_file`) instead of detecting
+    them with MediaPipe (which then need not be installed).
 
     Returns:
         summary ``{"done", "skipped", "failed", "frames", "frames_without_face", "seconds" (wall time),
@@ -180,11 +239,15 @@ def preprocess_dir(
     Raises:
         ValueError: neither ``src_dir`` nor ``list_file``, ``src_dir`` missing or equal to ``dst_dir``, a bad
             list line, ``nj < 1``.
-        ImportError: MediaPipe is not installed.
+        ImportError: MediaPipe (without ``landmarks_dir``) or scikit-image is not installed.
     """
-    from avsr.data.roi import import_mediapipe
+    from avsr.data.roi import import_mediapipe, import_skimage
 
-    import_mediapipe()  # fail now, with the install hint, not once per file
+    import_skimage()  # fail now, with the install hint, not once per file
+    if landmarks_dir is None:
+        import_mediapipe()
+    elif not Path(landmarks_dir).is_dir():
+        raise ValueError(f"--landmarks-dir {landmarks_dir} is not a directory")
     dst_dir = Path(dst_dir)
     src_dir = None if src_dir is None else Path(src_dir)
     if src_dir is not None and not src_dir.is_dir():
@@ -208,14 +271,16 @@ def preprocess_dir(
     summary = {"done": 0, "skipped": len(jobs) - len(pending), "frames": 0, "frames_without_face": 0}
     failures: list[tuple[str, str]] = []
     start = time.perf_counter()
+    extra = (str(dst_dir), smooth_window, None if landmarks_dir is None else str(landmarks_dir))
+    extra += (None if src_dir is None else str(src_dir),)
     with tqdm(total=len(pending), desc="mouth ROI", unit="video", disable=not progress) as bar:
         pool = None
         if nj == 1 or len(pending) <= 1:
-            results = (_process(job, str(dst_dir), smooth_window) for job in pending)
+            results = (_process(job, *extra) for job in pending)
         else:
             context = multiprocessing.get_context("spawn")  # no fork of a process holding threads
             pool = ProcessPoolExecutor(nj, mp_context=context, initializer=_init_worker)
-            futures = {pool.submit(_process, job, str(dst_dir), smooth_window): job for job in pending}
+            futures = {pool.submit(_process, job, *extra): job for job in pending}
             results = (_result(future, futures[future]) for future in as_completed(futures))
         try:
             for job, stats, reason in results:
@@ -268,6 +333,7 @@ def main(argv: list[str] | None = None) -> int | None:
             args.nj,
             args.smooth_window,
             progress=not args.no_progress,
+            landmarks_dir=args.landmarks_dir,
         )
     except (ValueError, ImportError, OSError) as exc:
         logger.error("%s", exc)

@@ -19,11 +19,12 @@ import torch
 import torch.nn.functional as F
 
 from avsr.data.media import read_video, read_wav, write_av_video
-from avsr.data.roi import TEMPLATE, warp_frames
+from avsr.data.roi import STABLE_POINTS, mean_face
 
 __all__ = [
     "ASTRONAUT_MOUTH",
     "ASTRONAUT_EYE_CORNERS",
+    "ASTRONAUT_STABLE_POINTS",
     "FaceVideo",
     "astronaut_face",
     "head_motion",
@@ -32,10 +33,18 @@ __all__ = [
     "write_face_utterance",
 ]
 
-# measured once on skimage.data.astronaut() (512x512) with MediaPipe's face mesh (static image mode),
-# checked by tests/test_roi.py: mean of the 40 lip landmarks, and the outer eye corners (33, 263)
-ASTRONAUT_MOUTH = (223.5, 144.3)
-ASTRONAUT_EYE_CORNERS = ((194.6, 100.9), (256.7, 104.1))
+# measured once on skimage.data.astronaut() (512x512) with avsr.data.roi's iBUG-68 points from MediaPipe's
+# face mesh (pixel centres at integers), checked by tests/test_roi.py: the mean of the lip points 48-67 (the
+# centre of the mouth ROI), the outer eye corners (36, 45) and the alignment's points 33, 36, 39, 42, 45
+ASTRONAUT_MOUTH = (222.96, 144.57)
+ASTRONAUT_EYE_CORNERS = ((194.15, 100.44), (256.21, 103.58))
+ASTRONAUT_STABLE_POINTS = (
+    (223.48, 133.43),
+    (194.15, 100.44),
+    (213.32, 103.15),
+    (236.94, 104.27),
+    (256.21, 103.58),
+)
 _CROP = (135, 35, 180)  # the square of the photo seen at rest: left, top, side (pixels)
 _CANVAS = (75, 0, 300)  # the larger square frames are sampled from (room for head motion): left, top, side
 # photo pixels (x0, y0, x1, y1) an occluder covers: the whole face, or forehead to nose tip (mouth visible)
@@ -88,6 +97,46 @@ def _canvas() -> np.ndarray:
     return np.ascontiguousarray(astronaut()[top : top + side, left : left + side])
 
 
+def _warp_rgb(frames: torch.Tensor, transforms: np.ndarray, size: int, chunk: int = 64) -> np.ndarray:
+    """RGB frames seen through per-frame affine maps: bilinear, the border pixels repeated outside.
+
+    Args:
+        frames: uint8 ``(T, H, W, 3)`` (may be an expanded view of one image).
+        transforms: float ``(T, 2, 3)`` maps from source pixels to output pixels (pixel centres at integers).
+        size: output height and width.  chunk: frames warped at once (bounds the float copies).
+
+    Returns:
+        uint8 ``(T, size, size, 3)``.
+    """
+    num_frames, height, width = frames.shape[:3]
+    transforms = torch.as_tensor(np.asarray(transforms, dtype=np.float64))
+    linear_inv = torch.linalg.inv(transforms[:, :, :2])  # output pixel -> source pixel
+    shift_inv = -(linear_inv @ transforms[:, :, 2:])[..., 0]
+    ys, xs = torch.meshgrid(
+        torch.arange(size, dtype=torch.float64), torch.arange(size, dtype=torch.float64), indexing="ij"
+    )
+    pixels = torch.stack([xs, ys], dim=-1).reshape(-1, 2)  # (size * size, 2) as x, y
+    to_unit = torch.tensor([2.0 / width, 2.0 / height], dtype=torch.float64)  # grid_sample's [-1, 1]
+    out = torch.empty(num_frames, size, size, 3, dtype=torch.uint8)
+    for start in range(0, num_frames, chunk):
+        stop = min(start + chunk, num_frames)
+        src = pixels @ linear_inv[start:stop].transpose(1, 2) + shift_inv[start:stop, None, :]
+        grid = ((src + 0.5) * to_unit - 1).reshape(stop - start, size, size, 2).float()
+        image = frames[start:stop].permute(0, 3, 1, 2).float()
+        warped = F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=False)
+        out[start:stop] = warped.permute(0, 2, 3, 1).round_().clamp_(0, 255).to(torch.uint8)
+    return out.numpy()
+
+
+def _photo_to_roi() -> np.ndarray:
+    """``(2, 2)`` linear part (scale and roll) of the similarity that aligns the photo's face with the mean
+    face, as the ROI step fits it on :data:`ASTRONAUT_STABLE_POINTS`: ROI pixels per photo pixel."""
+    from skimage.transform import estimate_transform
+
+    target = mean_face()[list(STABLE_POINTS)]
+    return estimate_transform("similarity", np.array(ASTRONAUT_STABLE_POINTS), target).params[:2, :2]
+
+
 def astronaut_face(size: int = 224) -> tuple[np.ndarray, np.ndarray, float]:
     """The face of ``skimage.data.astronaut()`` at rest: a square around the face resized to ``size``.
 
@@ -98,7 +147,7 @@ def astronaut_face(size: int = 224) -> tuple[np.ndarray, np.ndarray, float]:
     Raises:
         ImportError: scikit-image is not installed (``pip install 'avsr[video]'``).
     """
-    image = warp_frames(torch.from_numpy(_canvas())[None], _canvas_to_face(size)[None], size, gray=False)[0]
+    image = _warp_rgb(torch.from_numpy(_canvas())[None], _canvas_to_face(size)[None], size)[0]
     eyes = _photo_to_face(ASTRONAUT_EYE_CORNERS, size)
     return image, _photo_to_face(ASTRONAUT_MOUTH, size), float(np.linalg.norm(eyes[1] - eyes[0]))
 
@@ -171,7 +220,7 @@ def _move(
     to_face = _canvas_to_face(size)
     full = transforms[:, :, :2] @ to_face  # (T, 2, 3): canvas -> frame
     full[:, :, 2] += transforms[:, :, 2]
-    frames = warp_frames(canvas, full, size, gray=False)
+    frames = _warp_rgb(canvas, full, size)
     mouth = transforms[:, :, :2] @ _photo_to_face(ASTRONAUT_MOUTH, size) + transforms[:, :, 2]
     occluded = np.zeros(num_frames, dtype=bool)
     occluded[list(occluded_frames)] = True
@@ -227,13 +276,14 @@ def composite_mouth_video(
 ) -> FaceVideo:
     """The astronaut's face speaking with a rendered mouth: each ROI frame blended into the photo's mouth.
 
-    The ROI (``avsr.data.synthgrid`` renders its mouth 4 px below the centre, about half the width) is scaled
-    to the size the ROI preprocessing cuts (:data:`avsr.data.roi.TEMPLATE`: the outer eye corners 89 ROI
-    pixels apart), its mouth put on the photo's mouth, tinted (gray times the photo's skin RGB / the ROI's
-    skin gray, going to the photo's lip colour for darker gray levels) and blended through a soft elliptical
-    mask that covers the photo's lips; then the face moves as in :func:`astronaut_video`. So the ROI cut back
-    out of this video is about the input ROI: same scale, the mouth centred (so about 5 px higher), up to
-    the landmark fit.
+    The ROI (``avsr.data.synthgrid`` renders its mouth 4 px below the centre, about half the width) is mapped
+    onto the photo by the inverse of the similarity with which the ROI step aligns this face to the mean
+    face (:func:`avsr.data.roi.alignment_transforms` on :data:`ASTRONAUT_STABLE_POINTS`: 1.26 ROI pixels
+    per photo pixel, 3.2 degrees of roll), its mouth on the photo's mouth, tinted (gray times the photo's
+    skin RGB / the ROI's skin gray, going to the photo's lip colour for darker gray levels) and blended
+    through a soft elliptical mask that covers the photo's lips; then the face moves as in
+    :func:`astronaut_video`. So the ROI cut back out of this video is about the input ROI: same scale and
+    orientation, the mouth centred (so about 4 px higher), up to the landmark fit.
 
     Args:
         roi_frames: uint8 ``(T, 96, 96)`` gray mouth ROIs (a SynthGRID ``<utt>.mp4`` read by
@@ -256,17 +306,21 @@ def composite_mouth_video(
     transforms = _motion_transforms(num_frames, size, shifts, scales, rotations)
     canvas = torch.from_numpy(_canvas())
     mouth = np.array(ASTRONAUT_MOUTH) - _CANVAS[:2]  # canvas pixels
-    eyes = np.array(ASTRONAUT_EYE_CORNERS)
-    # canvas pixels per ROI pixel
-    scale = float(np.linalg.norm(eyes[1] - eyes[0]) / (TEMPLATE[3, 0] - TEMPLATE[0, 0]))
+    to_roi = torch.as_tensor(_photo_to_roi())  # ROI pixels per canvas pixel (scale and roll)
+    scale = float(torch.linalg.det(to_roi).sqrt())
     # the box of canvas pixels the mask can reach; ROI coordinates of its pixels, the mask and the ROI there
     cx, cy, ax, ay = (v * roi_size / 96 for v in _MASK)
-    reach = 1.5 * scale * max(ax, ay) + abs(cy - (roi_size - 1) / 2 - _MOUTH_DROP) * scale
+    centre = torch.tensor([(roi_size - 1) / 2, (roi_size - 1) / 2 + _MOUTH_DROP * roi_size / 96])
+    reach = (1.5 * max(ax, ay) + float(torch.linalg.norm(torch.tensor([cx, cy]) - centre))) / scale
     x0, y0 = (np.floor(mouth - reach)).astype(int)
     x1, y1 = (np.ceil(mouth + reach)).astype(int) + 1
-    ys = (torch.arange(y0, y1, dtype=torch.float64) - mouth[1]) / scale + (roi_size - 1) / 2 + _MOUTH_DROP
-    xs = (torch.arange(x0, x1, dtype=torch.float64) - mouth[0]) / scale + (roi_size - 1) / 2
-    qy, qx = torch.meshgrid(ys, xs, indexing="ij")
+    py, px = torch.meshgrid(
+        torch.arange(y0, y1, dtype=torch.float64) - mouth[1],
+        torch.arange(x0, x1, dtype=torch.float64) - mouth[0],
+        indexing="ij",
+    )
+    qx = to_roi[0, 0] * px + to_roi[0, 1] * py + centre[0]
+    qy = to_roi[1, 0] * px + to_roi[1, 1] * py + centre[1]
     radius = torch.sqrt(((qx - cx) / ax) ** 2 + ((qy - cy) / ay) ** 2)
     ramp = ((1.0 - radius) / 0.3).clamp(0, 1)
     alpha = (ramp * ramp * (3 - 2 * ramp)).float()[..., None]  # smoothstep: 1 inside 0.7 of the ellipse

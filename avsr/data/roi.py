@@ -1,76 +1,114 @@
-"""Mouth region of interest (ROI) of a face video: landmarks, alignment, 96x96 gray crop at 25 fps.
+"""Mouth region of interest (ROI) of a face video, cut exactly as AV-HuBERT cuts LRS3 and VoxCeleb2.
 
-The steps follow the preprocessing of AV-HuBERT's LRS3 (``avhubert/preparation/align_mouth.py``) and of
-Auto-AVSR (``preparation/detectors/*/video_process.py``), with MediaPipe's face mesh in place of dlib /
-RetinaFace + FAN landmarks:
+The geometry is that of ``avhubert/preparation/align_mouth.py`` (facebookresearch/av_hubert, based on
+``preprocessing/crop_mouth_from_video.py`` of mpc001/Lipreading_using_Temporal_Convolutional_Networks; the
+current Auto-AVSR preparation differs: a centred window, 8 points, OpenCV's LMedS fit and warp), step by
+step:
 
-1. 468 face-mesh landmarks per frame (MediaPipe 0.10.14, the legacy ``solutions.face_mesh`` in video mode,
-   whose models ship in the wheel: nothing is downloaded);
-2. frames without a face get landmarks interpolated linearly between the nearest frames with one
-   (before the first / after the last: the nearest);
-3. landmarks smoothed over time by a centred moving average (Auto-AVSR's ``window_margin`` 12), then
-   moved back to the frame's own mean position, so the smoothing steadies rotation and scale but does not
-   lag behind head motion;
-4. a similarity transform (rotation, uniform scale, translation; least squares, Umeyama 1991) maps the
-   stable landmarks (eye corners, nose bridge, nose tip, below the nose: like the eyes + nose points of
-   AV-HuBERT's 68-point alignment) to a fixed frontal template;
-5. a 96x96 crop centred on the mean of the aligned lip landmarks, gray (ITU-R BT.601 luma), sampled in one
-   batched bilinear warp (``torch.nn.functional.grid_sample``) straight from the source frame.
+1. 68 landmarks per frame in the iBUG / dlib convention (jaw 0-16, brows 17-26, nose 27-35, eyes 36-47,
+   outer lips 48-59, inner lips 60-67), pixel coordinates with pixel centres at integers. Given (the
+   original's ``detect_landmark.py`` pickles, :func:`load_landmarks`) or found by MediaPipe's face mesh
+   (:func:`detect_landmarks68`, table :data:`MESH_TO_IBUG68`);
+2. frames without landmarks interpolated as ``landmarks_interpolate``: linearly between the nearest frames
+   with landmarks, the first / last ones copied before / after (:func:`interpolate_landmarks`);
+3. with ``margin = min(T, 12)``, frame ``t`` is aligned by the similarity transform (least squares, Umeyama
+   1991: scikit-image's ``estimate_transform('similarity')``) from the mean of the landmarks of frames
+   ``t .. t + margin - 1`` at points 33, 36, 39, 42, 45 (nose bottom, eye corners) to the same points of
+   the "20 words" mean face in a 256x256 frame; the last ``margin - 1`` frames reuse the transform of frame
+   ``T - margin`` (the original's queue) (:func:`alignment_transforms`);
+4. the frame is warped into that 256x256 frame (``skimage.transform.warp``: bilinear, outside = 0, output
+   clipped to the frame's range, ``* 255`` then truncated to uint8), and a 96x96 patch is cut around the
+   mean of the frame's own lip landmarks 48-67 moved by the same transform: rows ``round(cy) - 48 ..
+   round(cy) + 48`` (round half to even), the centre first moved to 48 / 256 - 48 where the patch would
+   leave the frame (``cut_patch``; its "too much bias" checks come after that move and so never fire: the
+   original always clamps, and so does this module, counting the frames in :attr:`RoiTrack.clamped`)
+   (:func:`crop_origins`);
+5. gray as OpenCV's ``COLOR_BGR2GRAY`` of the uint8 patch: ``(9798 R + 19235 G + 3735 B + 16384) >> 15``
+   (:func:`rgb_to_gray`: OpenCV 4.x's constants; equal to the installed OpenCV 5.1 on all 2^24 colours).
 
-The result is what :mod:`avsr.data.media` reads and writes as preprocessed video: 96x96 gray at 25 fps.
+Only the 96x96 output pixels are computed (:func:`sample_crops`): batched gathers over a few frames at a
+time (small batches keep the samples in cache: fastest), in float64 with scikit-image's own bilinear
+formula, coordinate map and clipping, so the crops are bit for bit those of ``warp`` + ``cut_patch`` +
+OpenCV given the same landmarks (tests/test_roi.py checks it against scikit-image and OpenCV). The original
+then stores the colour patch as H.264 and converts it to gray when loading; here the gray patch is stored
+(96x96 gray 25 fps mp4, :mod:`avsr.data.media`).
 """
 
 from __future__ import annotations
 
+import importlib.resources
+import io
 import os
+import pickle
 import time
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from avsr.data.media import MediaError, read_audio_track, read_video_rgb, write_video, write_wav
 
 __all__ = [
     "RoiError",
     "RoiTrack",
-    "import_mediapipe",
+    "REFERENCE_SIZE",
     "STABLE_POINTS",
-    "LIP_POINTS",
-    "TEMPLATE",
-    "detect_landmarks",
-    "fill_missing",
-    "smooth_landmarks",
-    "similarity_transforms",
-    "warp_frames",
+    "MOUTH_POINTS",
+    "MESH_TO_IBUG68",
+    "import_mediapipe",
+    "import_skimage",
+    "mean_face",
+    "detect_landmarks68",
+    "mesh_to_landmarks68",
+    "load_landmarks",
+    "interpolate_landmarks",
+    "alignment_transforms",
+    "crop_origins",
+    "sample_crops",
+    "rgb_to_gray",
     "extract_mouth_roi",
     "preprocess_video",
 ]
 
-# face-mesh indices: outer eye corners 33 / 263, inner eye corners 133 / 362, nose bridge 168, nose tip 1,
-# below the nose 2 (none of them moves when the person speaks)
-STABLE_POINTS = (33, 133, 362, 263, 168, 1, 2)
-# the 40 points of the outer and inner lip contours (MediaPipe's FACEMESH_LIPS)
-LIP_POINTS = (
-    0, 13, 14, 17, 37, 39, 40, 61, 78, 80, 81, 82, 84, 87, 88, 91, 95, 146, 178, 181,
-    185, 191, 267, 269, 270, 291, 308, 310, 311, 312, 314, 317, 318, 321, 324, 375, 402, 405, 409, 415,
+#: height and width of the mean face's frame, into which every video frame is aligned (``STD_SIZE``)
+REFERENCE_SIZE = 256
+#: iBUG-68 points the alignment is fitted on (``stablePntsIDs``): nose bottom centre, the four eye corners
+STABLE_POINTS = (33, 36, 39, 42, 45)
+#: iBUG-68 lip points whose mean is the centre of the crop (``--start-idx 48 --stop-idx 68``)
+MOUTH_POINTS = tuple(range(48, 68))
+
+#: MediaPipe face-mesh point(s) for each iBUG-68 point: the mean of the listed mesh points. Chosen on
+#: MediaPipe's canonical (neutral, frontal) face model and checked on ``skimage.data.astronaut()``:
+#: eye corners and lid points on the eye contours (33/133, 362/263: the corners themselves); the nose
+#: bottom 33 is mesh 2 (subnasale, the lowest midline point of the nose); lip points on the lip contours at
+#: the arc-length fractions of the iBUG markup (measured on the mean face: e.g. 49 at 0.37 of the way from
+#: corner 48 to 51, between mesh 40 (0.28) and 39 (0.48), hence their mean); the jaw on the face oval (a
+#: contour on the face surface, not the image silhouette that dlib's jaw follows: only approximate).
+#: Check: a similarity fitted on all 68 points to the mean face leaves mean residuals (256x256-frame px)
+#: jaw 4.9, brows 3.4, nose 1.9, eyes 3.1, outer lips 2.7, inner lips 2.8 on the canonical model, and
+#: 7.5, 6.7, 4.5, 5.1, 4.8, 4.2 on the (smiling, not frontal) astronaut; fitted on the 5 stable points, the
+#: eye corners of the canonical model are 1.0 px from the mean face's, the astronaut's 2.2 px. An overlay of
+#: the numbered points on the astronaut (MediaPipe's normalised coordinates times the image size, minus 0.5)
+#: puts every point on its feature.
+MESH_TO_IBUG68: tuple[tuple[int, ...], ...] = (
+    # jaw 0-16: from the right ear (image left) round the chin (8) to the left ear
+    (127,), (234,), (93,), (132,), (58,), (136,), (150,), (176,), (152,),
+    (400,), (379,), (365,), (288,), (361,), (323,), (454,), (356,),
+    # brows 17-21 (image left, outer to inner), 22-26 (inner to outer): upper brow contours
+    (70,), (63,), (105,), (66,), (107,), (336,), (296,), (334,), (293,), (300,),
+    # nose 27-30 bridge to tip, 31-35 bottom from image left to right (33: subnasale)
+    (168, 6), (197,), (5,), (4, 1), (240,), (97,), (2,), (326,), (460,),
+    # eyes 36-41 (image left: outer corner, upper lid x2, inner corner, lower lid x2), 42-47 (image right:
+    # inner corner, upper lid x2, outer corner, lower lid x2)
+    (33,), (160,), (158,), (133,), (153,), (144,), (362,), (385,), (387,), (263,), (373,), (380,),
+    # outer lips 48-59: left corner, upper lip to the right corner (54), lower lip back
+    (61,), (39, 40), (37,), (0,), (267,), (269, 270), (291,), (321, 405), (314,), (17,), (84,), (91, 181),
+    # inner lips 60-67: left corner, upper inner lip to the right corner (64), lower inner lip back
+    (78,), (81, 82), (13,), (311, 312), (308,), (317,), (14,), (87,),
 )  # fmt: skip
-# STABLE_POINTS of MediaPipe's canonical face model (frontal, x right, y down), 10 pixels per cm: outer eye
-# corners 89 px apart, a mouth at rest about 50 px wide (half the 96 px crop, as in AV-HuBERT's LRS3 ROIs)
-TEMPLATE = np.array(
-    [
-        [-44.46, -26.64],
-        [-18.56, -25.85],
-        [18.56, -25.85],
-        [44.46, -26.64],
-        [0.0, -32.71],
-        [0.0, 11.27],
-        [0.0, 20.89],
-    ]
-)
 
 
 class RoiError(ValueError):
@@ -83,17 +121,22 @@ class RoiTrack:
 
     Attributes:
         frames: uint8 ``(T, S, S)`` gray mouth crops (``S`` = 96).
-        detected: bool ``(T,)``, False where no face was found (landmarks interpolated there).
-        mouth: float32 ``(T, 40, 2)`` lip landmarks (``LIP_POINTS``; x, y) in ROI pixels (pixel centres at
-            integers), from the frame's own (unsmoothed) landmarks.
-        transforms: float32 ``(T, 2, 3)`` affine maps from source-frame pixels to ROI pixels:
-            ``roi_xy = A[:, :2] @ src_xy + A[:, 2]`` (a similarity per frame).
+        detected: bool ``(T,)``, False where the frame had no landmarks (interpolated there).
+        landmarks: float64 ``(T, 68, 2)`` iBUG-68 landmarks (x, y) in source-frame pixels (pixel centres at
+            integers) after interpolation: the landmarks the crop was computed from.
+        mouth: float64 ``(T, 20, 2)`` lip landmarks 48-67 of each frame in ROI pixels.
+        transforms: float64 ``(T, 2, 3)`` affine maps from source-frame pixels to ROI pixels,
+            ``roi_xy = A[:, :2] @ src_xy + A[:, 2]``: the similarity into the 256x256 mean-face frame, then
+            the crop's offset.
+        clamped: bool ``(T,)``, True where the crop window was moved back inside the 256x256 frame.
     """
 
     frames: np.ndarray
     detected: np.ndarray
+    landmarks: np.ndarray
     mouth: np.ndarray
     transforms: np.ndarray
+    clamped: np.ndarray
 
     @property
     def num_frames(self) -> int:
@@ -102,8 +145,28 @@ class RoiTrack:
 
     @property
     def num_missing(self) -> int:
-        """Frames without a detected face."""
+        """Frames without landmarks of their own."""
         return int((~self.detected).sum())
+
+
+@lru_cache(maxsize=1)
+def _mean_face() -> np.ndarray:
+    data = (importlib.resources.files("avsr.data") / "assets" / "20words_mean_face.npy").read_bytes()
+    face = np.load(io.BytesIO(data), allow_pickle=False)
+    if face.shape != (68, 2):
+        raise RuntimeError(f"avsr/data/assets/20words_mean_face.npy: expected (68, 2), got {face.shape}")
+    face.setflags(write=False)
+    return face
+
+
+def mean_face() -> np.ndarray:
+    """The "20 words" mean face: float64 ``(68, 2)`` iBUG-68 points (x, y) in a 256x256 frame.
+
+    The target of the alignment of AV-HuBERT / Auto-AVSR (``20words_mean_face.npy`` of
+    mpc001/Lipreading_using_Temporal_Convolutional_Networks), shipped as package data
+    ``avsr/data/assets/20words_mean_face.npy``. Outer eye corners 74.2 px apart, mouth corners 45.0 px.
+    """
+    return _mean_face().copy()
 
 
 def import_mediapipe():
@@ -121,45 +184,17 @@ def import_mediapipe():
     return mediapipe
 
 
-def detect_landmarks(
-    frames_rgb: np.ndarray | torch.Tensor, name: str = "<frames>"
-) -> tuple[np.ndarray, np.ndarray]:
-    """Face-mesh landmarks of every frame of a video (one face, tracked from frame to frame).
-
-    Uses ``mediapipe.solutions.face_mesh.FaceMesh(static_image_mode=False, refine_landmarks=False,
-    max_num_faces=1)``: a face detector on the first frame (and whenever tracking is lost), then the
-    landmark model tracks the face.
-
-    Args:
-        frames_rgb: uint8 ``(T, H, W, 3)`` RGB frames.
-        name: the video's name, for error messages.
-
-    Returns:
-        ``(landmarks, detected)``: float32 ``(T, 468, 2)`` (x, y) in pixels (zeros where not detected) and
-        bool ``(T,)``.
+def import_skimage():
+    """``skimage.transform``, imported on first use (the ``[video]`` extra).
 
     Raises:
-        ImportError: MediaPipe is not installed (the message says ``pip install 'avsr[video]'``).
-        RoiError: frames are not uint8 ``(T, H, W, 3)`` with ``T >= 1``.
+        ImportError: scikit-image is not installed; the message says ``pip install 'avsr[video]'``.
     """
-    frames = _check_frames(frames_rgb, name)
-    mediapipe = import_mediapipe()
-    num_frames, height, width = frames.shape[:3]
-    landmarks = np.zeros((num_frames, 468, 2), dtype=np.float32)
-    detected = np.zeros(num_frames, dtype=bool)
-    scale = np.array([width, height], dtype=np.float32)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*GetPrototype.*", category=UserWarning)  # protobuf 4
-        with mediapipe.solutions.face_mesh.FaceMesh(
-            static_image_mode=False, refine_landmarks=False, max_num_faces=1
-        ) as mesh:
-            for index in range(num_frames):
-                found = mesh.process(np.ascontiguousarray(frames[index])).multi_face_landmarks
-                if found:
-                    points = found[0].landmark
-                    landmarks[index] = np.array([(p.x, p.y) for p in points[:468]], dtype=np.float32) * scale
-                    detected[index] = True
-    return landmarks, detected
+    try:
+        from skimage import transform
+    except ImportError as exc:
+        raise ImportError("mouth ROI extraction needs scikit-image: pip install 'avsr[video]'") from exc
+    return transform
 
 
 def _check_frames(frames_rgb: np.ndarray | torch.Tensor, name: str) -> np.ndarray:
@@ -173,166 +208,449 @@ def _check_frames(frames_rgb: np.ndarray | torch.Tensor, name: str) -> np.ndarra
     return frames
 
 
-def fill_missing(landmarks: np.ndarray, detected: np.ndarray) -> np.ndarray:
-    """Landmarks of frames without a face, interpolated linearly in time between the nearest detected frames.
+def mesh_to_landmarks68(mesh: np.ndarray) -> np.ndarray:
+    """iBUG-68 landmarks from MediaPipe face-mesh landmarks (:data:`MESH_TO_IBUG68`).
 
     Args:
-        landmarks: float ``(T, K, 2)``.  detected: bool ``(T,)`` with at least one True.
+        mesh: float ``(..., 468, 2)`` (or more points: the first 468 are used) face-mesh points (x, y).
 
     Returns:
-        float32 ``(T, K, 2)``: detected frames unchanged, others interpolated (before the first detected
-        frame: its landmarks; after the last: its landmarks).
+        float64 ``(..., 68, 2)``: each point the mean of its mesh points.
+    """
+    mesh = np.asarray(mesh, dtype=np.float64)
+    first = np.array([p[0] for p in MESH_TO_IBUG68])
+    second = np.array([p[-1] for p in MESH_TO_IBUG68])
+    return (mesh[..., first, :] + mesh[..., second, :]) / 2  # (x + x) / 2 == x for single points
+
+
+def detect_landmarks68(
+    frames_rgb: np.ndarray | torch.Tensor, name: str = "<frames>"
+) -> tuple[np.ndarray, np.ndarray]:
+    """iBUG-68 landmarks of every frame of a video from MediaPipe's face mesh (one face, tracked).
+
+    Runs ``mediapipe.solutions.face_mesh.FaceMesh(static_image_mode=False, refine_landmarks=False,
+    max_num_faces=1)`` (a face detector on the first frame and whenever tracking is lost, then the landmark
+    model tracks the face; the models ship in the mediapipe 0.10.14 wheel) and maps its 468 points to the
+    68-point convention of dlib / AV-HuBERT with :func:`mesh_to_landmarks68`. MediaPipe's normalised
+    coordinates span the image's edges, so pixel-centre coordinates are ``x * W - 0.5``, ``y * H - 0.5``.
+
+    Args:
+        frames_rgb: uint8 ``(T, H, W, 3)`` RGB frames.
+        name: the video's name, for error messages.
+
+    Returns:
+        ``(landmarks, detected)``: float32 ``(T, 68, 2)`` (x, y) in pixels with pixel centres at integers
+        (NaN where no face was found) and bool ``(T,)``.
 
     Raises:
-        ValueError: no frame is detected.
+        ImportError: MediaPipe is not installed (the message says ``pip install 'avsr[video]'``).
+        RoiError: frames are not uint8 ``(T, H, W, 3)`` with ``T >= 1``.
     """
-    detected = np.asarray(detected, dtype=bool)
-    if not detected.any():
-        raise ValueError("no frame has landmarks to interpolate from")
-    known = np.flatnonzero(detected)
-    frames = np.arange(len(detected))
-    right = np.clip(np.searchsorted(known, frames), 0, len(known) - 1)  # first detected frame >= t
-    left = np.clip(right - 1, 0, len(known) - 1)
-    left = np.where(known[right] == frames, right, left)
-    t0, t1 = known[left], known[right]
-    weight = np.where(t1 > t0, (frames - t0) / np.maximum(t1 - t0, 1), 0.0)
-    weight = np.clip(weight, 0.0, 1.0)[:, None, None]
-    out = (1 - weight) * landmarks[t0] + weight * landmarks[t1]
-    return out.astype(np.float32)
-
-
-def smooth_landmarks(landmarks: np.ndarray, window: int = 12) -> np.ndarray:
-    """Temporal smoothing of landmarks that keeps each frame's mean position (Auto-AVSR's ``window_margin``).
-
-    Frame ``t`` gets the mean of frames ``t - h .. t + h`` with ``h = min(window // 2, t, T - 1 - t)`` (a
-    centred window that shrinks near the ends), shifted so that its mean over the points equals frame
-    ``t``'s: shape, rotation and scale are smoothed, the position follows the head without lag.
-
-    Args:
-        landmarks: float ``(T, K, 2)``.  window: window length in frames (0 or 1: no smoothing).
-
-    Returns:
-        float32 ``(T, K, 2)``.
-    """
-    landmarks = np.asarray(landmarks, dtype=np.float64)
-    num_frames = landmarks.shape[0]
-    if window < 2 or num_frames < 3:
-        return landmarks.astype(np.float32)
-    t = np.arange(num_frames)
-    half = np.minimum(np.minimum(window // 2, t), num_frames - 1 - t)
-    cumsum = np.concatenate([np.zeros_like(landmarks[:1]), np.cumsum(landmarks, axis=0)])
-    mean = (cumsum[t + half + 1] - cumsum[t - half]) / (2 * half + 1)[:, None, None]
-    mean += landmarks.mean(axis=1, keepdims=True) - mean.mean(axis=1, keepdims=True)
-    return mean.astype(np.float32)
-
-
-def similarity_transforms(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Least-squares similarity transforms (Umeyama 1991, without reflection) mapping ``src`` onto ``dst``.
-
-    Args:
-        src: float ``(T, K, 2)`` points per frame.  dst: float ``(K, 2)`` target points (``K >= 2``).
-
-    Returns:
-        float64 ``(T, 2, 3)``: ``A`` with ``dst ~ A[:, :2] @ src + A[:, 2]``, ``A[:, :2] = s R``.
-    """
-    src = np.asarray(src, dtype=np.float64)
-    dst = np.asarray(dst, dtype=np.float64)
-    src_mean, dst_mean = src.mean(axis=1), dst.mean(axis=0)  # (T, 2), (2,)
-    z = (src[..., 0] - src_mean[:, None, 0]) + 1j * (src[..., 1] - src_mean[:, None, 1])  # (T, K)
-    w = (dst[:, 0] - dst_mean[0]) + 1j * (dst[:, 1] - dst_mean[1])  # (K,)
-    # in complex numbers the best s * exp(i theta) is <z, w> / <z, z>
-    coef = (np.conj(z) * w).sum(axis=1) / np.maximum((np.abs(z) ** 2).sum(axis=1), 1e-12)  # (T,)
-    a, b = coef.real, coef.imag
-    linear = np.stack([np.stack([a, -b], axis=-1), np.stack([b, a], axis=-1)], axis=1)  # (T, 2, 2)
-    shift = dst_mean[None] - np.einsum("tij,tj->ti", linear, src_mean)
-    return np.concatenate([linear, shift[..., None]], axis=2)
-
-
-def _apply(transforms: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """``(T, 2, 3)`` affine maps applied to ``(T, K, 2)`` points."""
-    return np.einsum("tij,tkj->tki", transforms[:, :, :2], points) + transforms[:, None, :, 2]
-
-
-def warp_frames(
-    frames: np.ndarray | torch.Tensor,
-    transforms: np.ndarray,
-    out_size: int | tuple[int, int] = 96,
-    gray: bool = True,
-    chunk: int = 64,
-) -> np.ndarray:
-    """Frames sampled through per-frame affine maps (bilinear; outside the frame the border pixels repeat).
-
-    Args:
-        frames: uint8 ``(T, H, W, 3)`` RGB (a tensor may be an expanded view of one image).
-        transforms: float ``(T, 2, 3)`` maps from source pixels to output pixels (pixel centres at integers).
-        out_size: output ``(height, width)``, or one number for a square.
-        gray: return gray = 0.299 R + 0.587 G + 0.114 B (ITU-R BT.601, as OpenCV's RGB2GRAY) instead of RGB.
-        chunk: frames warped at once (bounds the memory of the float copies).
-
-    Returns:
-        uint8 ``(T, h, w)`` if ``gray`` else ``(T, h, w, 3)``.
-    """
-    frames = frames if isinstance(frames, torch.Tensor) else torch.from_numpy(np.asarray(frames))
+    frames = _check_frames(frames_rgb, name)
+    mediapipe = import_mediapipe()
     num_frames, height, width = frames.shape[:3]
-    out_h, out_w = (out_size, out_size) if isinstance(out_size, int) else out_size
-    transforms = torch.as_tensor(np.asarray(transforms, dtype=np.float64))
-    # inverse maps: output pixel -> source pixel, then to grid_sample's [-1, 1] (align_corners=False)
-    linear_inv = torch.linalg.inv(transforms[:, :, :2])  # (T, 2, 2)
-    shift_inv = -(linear_inv @ transforms[:, :, 2:])[..., 0]  # (T, 2)
-    ys, xs = torch.meshgrid(
-        torch.arange(out_h, dtype=torch.float64), torch.arange(out_w, dtype=torch.float64), indexing="ij"
-    )
-    pixels = torch.stack([xs, ys], dim=-1).reshape(-1, 2)  # (h*w, 2) as x, y
-    to_unit = torch.tensor([2.0 / width, 2.0 / height], dtype=torch.float64)
-    weights = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
-    out = torch.empty(num_frames, out_h, out_w, *(() if gray else (3,)), dtype=torch.uint8)
+    landmarks = np.full((num_frames, 68, 2), np.nan, dtype=np.float32)
+    detected = np.zeros(num_frames, dtype=bool)
+    scale = np.array([width, height], dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*GetPrototype.*", category=UserWarning)  # protobuf 4
+        with mediapipe.solutions.face_mesh.FaceMesh(
+            static_image_mode=False, refine_landmarks=False, max_num_faces=1
+        ) as mesh:
+            for index in range(num_frames):
+                found = mesh.process(np.ascontiguousarray(frames[index])).multi_face_landmarks
+                if found:
+                    points = np.array([(p.x, p.y) for p in found[0].landmark[:468]]) * scale - 0.5
+                    landmarks[index] = mesh_to_landmarks68(points)
+                    detected[index] = True
+    return landmarks, detected
+
+
+class _ForbiddenGlobal(pickle.UnpicklingError):
+    """A landmark pickle names a global that is not a numpy array constructor."""
+
+
+class _LandmarkUnpickler(pickle.Unpickler):
+    """Unpickles lists of numpy arrays and ``None``, nothing else (no code runs, no module is imported)."""
+
+    def find_class(self, module: str, name: str):
+        found = _allowed_globals().get(f"{module}.{name}")
+        if found is None:
+            raise _ForbiddenGlobal(f"global '{module}.{name}' is not allowed in a landmark file")
+        return found
+
+
+@lru_cache(maxsize=1)
+def _allowed_globals() -> dict:
+    """numpy's array / dtype / scalar constructors under the names numpy 1.x and 2.x pickle them with."""
+    core = np._core if hasattr(np, "_core") else np.core  # type: ignore[attr-defined]
+    allowed = {"numpy.ndarray": np.ndarray, "numpy.dtype": np.dtype, "_codecs.encode": _latin1_encode}
+    for prefix in ("numpy.core", "numpy._core"):
+        allowed[f"{prefix}.multiarray._reconstruct"] = core.multiarray._reconstruct
+        allowed[f"{prefix}.multiarray.scalar"] = core.multiarray.scalar
+        allowed[f"{prefix}.numeric._frombuffer"] = core.numeric._frombuffer
+    dtypes = getattr(np, "dtypes", None)
+    for name in dir(dtypes) if dtypes is not None else ():
+        if name.endswith("DType") and isinstance(getattr(dtypes, name), type):
+            allowed[f"numpy.dtypes.{name}"] = getattr(dtypes, name)
+    return allowed
+
+
+def _latin1_encode(text: str, encoding: str = "latin1") -> bytes:
+    """``_codecs.encode`` as protocol-2 pickles use it for bytes; only latin-1 text -> bytes."""
+    if not isinstance(text, str) or encoding != "latin1":
+        raise _ForbiddenGlobal("_codecs.encode is only allowed on latin1 text")
+    return text.encode("latin1")
+
+
+def load_landmarks(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """Landmarks of a video from a file: AV-HuBERT's ``detect_landmark.py`` pickle or a ``.npy`` array.
+
+    A pickle (any other suffix than ``.npy``) holds a list with, per frame, a ``(68, 2)`` array (dlib's
+    int32 pixel coordinates) or ``None``; it is read with an unpickler that only builds numpy arrays, lists
+    and ``None``, so a crafted file cannot run code. A ``.npy`` holds a ``(T, 68, 2)`` float array with NaN
+    rows for frames without landmarks (read without pickle).
+
+    Returns:
+        ``(landmarks, detected)``: ``(T, 68, 2)`` (x, y) pixels, float64 for integer input (exact) or the
+        file's float dtype (the original's arithmetic follows the input's dtype), NaN where missing; and
+        bool ``(T,)``.
+
+    Raises:
+        RoiError: the file is missing, unreadable, not a landmark file (wrong structure or shapes), or a
+            pickle that refers to anything but numpy arrays (the message names the file and the global).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise RoiError(f"landmark file not found: {path}")
+    try:
+        if path.suffix == ".npy":
+            data = np.load(path, allow_pickle=False)
+        else:
+            with open(path, "rb") as f:
+                data = _LandmarkUnpickler(f, encoding="latin1").load()
+    except _ForbiddenGlobal as exc:
+        raise RoiError(f"{path}: refusing to read this landmark pickle: {exc}") from exc
+    except Exception as exc:  # truncated / corrupt files: EOFError, ValueError, ...
+        raise RoiError(f"{path}: cannot read landmarks ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(data, (np.ndarray, list, tuple)):
+        raise RoiError(f"{path}: expected a list of (68, 2) arrays or None, not {type(data).__name__}")
+    return _given_landmarks(data, str(path))
+
+
+def _stack_frames(frames: list | tuple, name: str) -> np.ndarray:
+    """``(T, 68, 2)`` from a list of ``(68, 2)`` arrays / ``None``: NaN rows for ``None``, float64 for integer
+    arrays (exact), else the arrays' common float dtype (the original's arithmetic follows it)."""
+    given = [f for f in frames if f is not None]
+    if not all(
+        isinstance(f, np.ndarray) and f.shape == (68, 2) and np.issubdtype(f.dtype, np.number) for f in given
+    ):
+        raise RoiError(f"{name}: every frame's landmarks must be None or a numeric (68, 2) array")
+    dtype = np.result_type(*given) if given else np.float64
+    dtype = dtype if np.issubdtype(dtype, np.floating) else np.float64
+    landmarks = np.full((len(frames), 68, 2), np.nan, dtype=dtype)
+    for index, frame in enumerate(frames):
+        if frame is not None:
+            landmarks[index] = frame
+    return landmarks
+
+
+def interpolate_landmarks(landmarks: np.ndarray, detected: np.ndarray | None = None) -> np.ndarray:
+    """Landmarks of frames without any, filled as AV-HuBERT's ``landmarks_interpolate``.
+
+    Between two frames ``a < b`` with landmarks, frame ``a + i`` gets ``L[a] + (i / (b - a)) * (L[b] -
+    L[a])`` (the original's arithmetic, in the input's float dtype); frames before the first / after the
+    last frame with landmarks get a copy of it.
+
+    Args:
+        landmarks: float ``(T, K, 2)``.  detected: bool ``(T,)`` frames that have landmarks (default: the
+            frames without NaN).
+
+    Returns:
+        ``(T, K, 2)`` in the input's float dtype (float64 for integer input).
+
+    Raises:
+        ValueError: no frame has landmarks.
+    """
+    landmarks = np.asarray(landmarks)
+    if not np.issubdtype(landmarks.dtype, np.floating):
+        landmarks = landmarks.astype(np.float64)
+    if detected is None:
+        detected = np.isfinite(landmarks).all(axis=(1, 2))
+    known = np.flatnonzero(np.asarray(detected, dtype=bool))
+    if not len(known):
+        raise ValueError("no frame has landmarks to interpolate from")
+    out = landmarks.copy()
+    frames = np.arange(len(landmarks))
+    nxt = np.searchsorted(known, frames)  # index in `known` of the first frame >= t
+    inside = (nxt > 0) & (nxt < len(known)) & ~np.isin(frames, known)
+    t = frames[inside]
+    start, stop = known[nxt[inside] - 1], known[nxt[inside]]
+    weight = ((t - start) / (stop - start)).astype(landmarks.dtype)[:, None, None]  # Python-float division
+    out[t] = landmarks[start] + weight * (landmarks[stop] - landmarks[start])
+    out[: known[0]] = landmarks[known[0]]
+    out[known[-1] + 1 :] = landmarks[known[-1]]
+    return out
+
+
+def alignment_transforms(landmarks: np.ndarray, window_margin: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """Per-frame similarity transforms into the mean face's 256x256 frame (``crop_patch`` of align_mouth.py).
+
+    With ``margin = min(T, window_margin)``, frame ``t`` uses the transform fitted (scikit-image's
+    ``estimate_transform('similarity')``, Umeyama's least squares) from the mean of ``landmarks[s : s +
+    margin]`` at :data:`STABLE_POINTS`, ``s = min(t, T - margin)``, to the mean face's same points.
+
+    Args:
+        landmarks: float ``(T, 68, 2)`` without gaps (:func:`interpolate_landmarks`).
+        window_margin: the smoothing window in frames (``--window-margin``, 12).
+
+    Returns:
+        ``(forward, inverse)``: float64 ``(T, 3, 3)`` homogeneous matrices, source pixels -> 256x256 frame
+        (scikit-image's ``params``) and back (``tform.inverse.params``, what ``warp`` samples with).
+
+    Raises:
+        ValueError: ``window_margin < 1``, or a degenerate fit (all stable points at one place).
+        ImportError: scikit-image is not installed.
+    """
+    if window_margin < 1:
+        raise ValueError(f"window_margin must be >= 1, got {window_margin}")
+    transform = import_skimage()
+    num_frames = len(landmarks)
+    margin = min(num_frames, window_margin)
+    starts = np.arange(num_frames - margin + 1)
+    # the mean over the window as np.mean(list of frames, axis=0) computes it: summed frame after frame
+    total = landmarks[starts]
+    for k in range(1, margin):
+        total = total + landmarks[starts + k]
+    smooth = total / margin
+    target = _mean_face()[list(STABLE_POINTS)]
+    forward = np.empty((len(starts), 3, 3))
+    inverse = np.empty((len(starts), 3, 3))
+    for index in starts:
+        tform = transform.estimate_transform("similarity", smooth[index][list(STABLE_POINTS)], target)
+        if not tform or not np.isfinite(tform.params).all():
+            raise ValueError(f"no similarity transform for frames {index}..{index + margin - 1}: {tform}")
+        forward[index], inverse[index] = tform.params, tform.inverse.params
+    reuse = np.minimum(np.arange(num_frames), num_frames - margin)
+    return forward[reuse], inverse[reuse]
+
+
+def crop_origins(
+    landmarks: np.ndarray, forward: np.ndarray, size: int = 96
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each frame's crop lies in the 256x256 frame (``cut_patch`` of align_mouth.py).
+
+    The centre is the mean of the frame's lip points 48-67 moved by its transform; where the crop would
+    leave the 256x256 frame the centre is moved to ``size / 2`` or ``256 - size / 2`` (the original always
+    does so: its "too much bias" checks come after the move and cannot fire). The crop is rows
+    ``round(cy) - size / 2 .. round(cy) + size / 2`` (Python's round, half to even), columns alike.
+
+    Args:
+        landmarks: float ``(T, 68, 2)`` source-frame landmarks (interpolated, not smoothed).
+        forward: float64 ``(T, 3, 3)`` source -> 256x256 frame (:func:`alignment_transforms`).
+        size: crop height and width (even).
+
+    Returns:
+        ``(origins, mouth, clamped)``: int64 ``(T, 2)`` top-left (row, column) of the crops, float64
+        ``(T, 20, 2)`` lip points in the 256x256 frame, bool ``(T,)`` frames whose centre was moved.
+    """
+    half = size // 2
+    origins = np.empty((len(landmarks), 2), dtype=np.int64)
+    mouth = np.empty((len(landmarks), len(MOUTH_POINTS), 2))
+    clamped = np.zeros(len(landmarks), dtype=bool)
+    for t in range(len(landmarks)):
+        # as skimage's SimilarityTransform.__call__: homogeneous points @ params.T
+        moved = np.hstack((landmarks[t], np.ones((len(landmarks[t]), 1)))) @ forward[t].T
+        moved = moved[:, :-1] / moved[:, -1][:, None]
+        mouth[t] = moved[MOUTH_POINTS[0] : MOUTH_POINTS[-1] + 1]
+        cx, cy = np.mean(mouth[t], axis=0)
+        # cut_patch's tests, in its order and form
+        if cy - half < 0:
+            cy, clamped[t] = half, True
+        if cx - half < 0:
+            cx, clamped[t] = half, True
+        if cy + half > REFERENCE_SIZE:
+            cy, clamped[t] = REFERENCE_SIZE - half, True
+        if cx + half > REFERENCE_SIZE:
+            cx, clamped[t] = REFERENCE_SIZE - half, True
+        origins[t] = (int(round(cy) - half), int(round(cx) - half))
+    return origins, mouth, clamped
+
+
+def sample_crops(
+    frames: np.ndarray | torch.Tensor,
+    inverse: np.ndarray,
+    origins: np.ndarray,
+    size: int = 96,
+    chunk: int = 2,
+) -> np.ndarray:
+    """The ``size`` x ``size`` patches at ``origins`` of the frames warped into the 256x256 frame.
+
+    Equal, bit for bit, to ``(skimage.transform.warp(frame, inverse_map=tform.inverse, output_shape=(256,
+    256)) * 255).astype('uint8')[r:r + size, c:c + size]`` with ``warp``'s defaults (bilinear, constant 0
+    outside, output clipped to the frame's value range), but only the patch's pixels are computed, for all
+    frames in one batched gather: output pixel (row r, column c) samples the source at x = M00 c + M01 r +
+    M02, y = M10 c + M11 r + M12 (``M`` = inverse) with scikit-image's formula (minr = floor(y), maxr =
+    ceil(y), dr = y - minr, top = (1 - dc) tl + dc tr, bottom = (1 - dc) bl + dc br, out = (1 - dr) top +
+    dr bottom), pixel values u8 * (1 / 255) as ``img_as_float``, all in float64.
+
+    Args:
+        frames: uint8 ``(T, H, W, C)`` (any channel order: channels are independent).
+        inverse: float64 ``(T, 3, 3)`` maps 256x256-frame pixels -> source pixels.
+        origins: int ``(T, 2)`` top-left (row, column) of each patch in the 256x256 frame.
+        size: patch height and width.  chunk: frames computed at once (small: the samples stay in cache).
+
+    Returns:
+        uint8 ``(T, size, size, C)``.
+    """
+    frames = frames.numpy() if isinstance(frames, torch.Tensor) else np.asarray(frames)
+    num_frames, height, width, channels = frames.shape
+    inverse = np.asarray(inverse, dtype=np.float64)
+    origins = np.asarray(origins, dtype=np.int64)
+    # warp's clip: to [min, max] of the frame, where min becomes the cval 0 when some pixel of the 256x256
+    # output has no source pixel at all (its value is 0 then); those pixels include a corner of the output
+    # whenever there are any, since the source pixels reachable from (-1, H) x (-1, W) form a convex set
+    corner = np.array([0.0, 255.0])
+    cx, cy = _source_coords(inverse, corner[None, :, None], corner[None, None, :])  # (T, 2, 2)
+    empty = ((cy <= -1) | (cy >= height) | (cx <= -1) | (cx >= width)).any(axis=(1, 2))
+    low = np.where(empty, 0.0, frames.min(axis=(1, 2, 3)) * (1.0 / 255))
+    high = frames.max(axis=(1, 2, 3)) * (1.0 / 255)
+    steps = np.arange(size, dtype=np.float64)
+    out = np.empty((channels, num_frames, size, size), dtype=np.uint8)
+    # channel planes of a chunk of frames with a border of zeros (warp's constant outside value)
+    planes = np.zeros((channels, chunk, height + 2, width + 2), dtype=np.uint8)
     for start in range(0, num_frames, chunk):
         stop = min(start + chunk, num_frames)
-        src = pixels @ linear_inv[start:stop].transpose(1, 2) + shift_inv[start:stop, None, :]  # (t, h*w, 2)
-        grid = ((src + 0.5) * to_unit - 1).reshape(stop - start, out_h, out_w, 2).float()
-        image = frames[start:stop].permute(0, 3, 1, 2).float()
-        if gray:
-            image = (image * weights).sum(dim=1, keepdim=True)
-        warped = F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=False)
-        warped = warped[:, 0] if gray else warped.permute(0, 2, 3, 1)
-        out[start:stop] = warped.round_().clamp_(0, 255).to(torch.uint8)
-    return out.numpy()
+        count = stop - start
+        planes[:, :count, 1:-1, 1:-1] = frames[start:stop].transpose(3, 0, 1, 2)
+        rows = origins[start:stop, 0, None, None] + steps[None, :, None]  # (t, S, 1)
+        cols = origins[start:stop, 1, None, None] + steps[None, None, :]  # (t, 1, S)
+        x, y = _source_coords(inverse[start:stop], rows, cols)  # (t, S, S)
+        minr, minc = np.floor(y), np.floor(x)
+        dr, dc = y - minr, x - minc
+        # rows / columns in the padded frames: any outside the frame land on the border of zeros
+        r0, r1 = ((np.clip(v, -1, height) + 1).astype(np.int64) * (width + 2) for v in (minr, np.ceil(y)))
+        c0, c1 = ((np.clip(v, -1, width) + 1).astype(np.int64) for v in (minc, np.ceil(x)))
+        base = np.arange(count)[:, None, None] * ((height + 2) * (width + 2))
+        index = np.stack([base + r0 + c0, base + r0 + c1, base + r1 + c0, base + r1 + c1])  # (4, t, S, S)
+        low_t, high_t = low[start:stop, None, None], high[start:stop, None, None]
+        for channel in range(channels):
+            values = planes[channel].reshape(-1).take(index).astype(np.float64)
+            values *= 1.0 / 255  # img_as_float
+            tl, tr, bl, br = values  # top = (1 - dc) tl + dc tr, ... computed in place
+            tl *= 1 - dc
+            tr *= dc
+            tl += tr
+            bl *= 1 - dc
+            br *= dc
+            bl += br
+            tl *= 1 - dr
+            bl *= dr
+            tl += bl
+            np.clip(tl, low_t, high_t, out=tl)
+            tl *= 255
+            out[channel, start:stop] = tl  # float -> uint8 truncates, as astype('uint8')
+    return out.transpose(1, 2, 3, 0)
+
+
+def _source_coords(matrix: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, y)`` source coordinates of output pixels as scikit-image's ``_warp_fast`` computes them:
+    ``x = M[0, 0] * col + M[0, 1] * row + M[0, 2]`` (in this order), ``y`` alike; ``matrix`` ``(T, 3, 3)``,
+    ``rows`` / ``cols`` broadcast against ``(T, ...)``."""
+    shape = (-1,) + (1,) * (max(rows.ndim, cols.ndim) - 1)
+    m = [[matrix[:, i, j].reshape(shape) for j in range(3)] for i in range(2)]
+    x = m[0][0] * cols + m[0][1] * rows + m[0][2]
+    y = m[1][0] * cols + m[1][1] * rows + m[1][2]
+    return x, y
+
+
+def rgb_to_gray(rgb: np.ndarray | torch.Tensor) -> np.ndarray:
+    """Gray of uint8 RGB exactly as OpenCV's ``cvtColor(bgr, COLOR_BGR2GRAY)``: ``(9798 R + 19235 G + 3735 B
+    + 16384) >> 15``, the ITU-R BT.601 weights 0.299, 0.587, 0.114 in 15-bit fixed point, rounded (OpenCV
+    4.x and 5.x, ``color_rgb.simd.hpp``; OpenCV 3 used 14 bits: 4899, 9617, 1868, which differs on 0.3 % of
+    the colours by one gray level).
+
+    Args:
+        rgb: uint8 ``(..., 3)`` in R, G, B order.
+
+    Returns:
+        uint8 ``(...)``.
+    """
+    rgb = rgb.numpy() if isinstance(rgb, torch.Tensor) else np.asarray(rgb)
+    gray = rgb[..., 0].astype(np.uint32) * 9798  # at most 255 * 32768 + 16384: fits in 32 bits
+    gray += rgb[..., 1].astype(np.uint32) * 19235
+    gray += rgb[..., 2].astype(np.uint32) * 3735
+    gray += 16384
+    gray >>= 15
+    return gray.astype(np.uint8)
 
 
 def extract_mouth_roi(
     frames_rgb: np.ndarray | torch.Tensor,
+    landmarks: np.ndarray | list | None = None,
     size: int = 96,
     smooth_window: int = 12,
     name: str = "<frames>",
 ) -> RoiTrack:
-    """The mouth ROI of a face video (see the module docstring for the steps).
+    """The mouth ROI of a face video, as AV-HuBERT's ``align_mouth.py`` (see the module docstring).
 
     Args:
         frames_rgb: uint8 ``(T, H, W, 3)`` RGB frames, normally at 25 fps (:func:`media.read_video_rgb`).
-        size: ROI height and width in pixels (96 as AV-HuBERT's preprocessed LRS3).
-        smooth_window: landmark smoothing window in frames (12 as Auto-AVSR).
+        landmarks: iBUG-68 landmarks of the frames, float ``(T, 68, 2)`` (x, y) pixels with NaN rows, or a
+            list of ``(68, 2)`` arrays / ``None`` (frames without a face), as :func:`load_landmarks` reads
+            them; if longer than the video an error, if shorter only its first frames are cut (as the
+            original, which stops at the last landmark). None: :func:`detect_landmarks68`.
+        size: ROI height and width in pixels (even; 96 as AV-HuBERT's preprocessed LRS3).
+        smooth_window: the alignment's smoothing window in frames (the original's ``--window-margin`` 12).
         name: the video's name, for error messages.
 
     Returns:
-        a :class:`RoiTrack` of ``T`` frames.
+        a :class:`RoiTrack` of ``T`` frames (fewer with shorter ``landmarks``).
 
     Raises:
-        RoiError: bad frames, or no face in any frame.
-        ImportError: MediaPipe is not installed.
+        RoiError: bad frames or landmarks, no face / no landmarks in any frame, more landmarks than frames.
+        ImportError: MediaPipe (when detecting) or scikit-image is not installed.
     """
     frames = _check_frames(frames_rgb, name)
-    landmarks, detected = detect_landmarks(frames, name)
-    if not detected.any():
-        raise RoiError(f"{name}: no face found in any of its {len(detected)} frames")
-    landmarks = fill_missing(landmarks, detected)
-    smooth = smooth_landmarks(landmarks, smooth_window)
-    to_template = similarity_transforms(smooth[:, STABLE_POINTS], TEMPLATE)
-    centre = _apply(to_template, smooth[:, LIP_POINTS]).mean(axis=1)  # (T, 2) mouth centre, template coords
-    transforms = to_template.copy()
-    transforms[:, :, 2] += (size - 1) / 2 - centre  # template -> ROI: the mouth centre at the ROI centre
-    crops = warp_frames(frames, transforms, size, gray=True)
-    mouth = _apply(transforms, landmarks[:, LIP_POINTS]).astype(np.float32)
-    return RoiTrack(crops, detected, mouth, transforms.astype(np.float32))
+    if size < 2 or size % 2 or size > REFERENCE_SIZE:
+        raise RoiError(f"{name}: the ROI size must be even and at most {REFERENCE_SIZE}, got {size}")
+    if landmarks is None:
+        landmarks, detected = detect_landmarks68(frames, name)
+        landmarks = landmarks.astype(np.float64)  # float64 arithmetic (scikit-image's fit is slow in float32)
+        if not detected.any():
+            raise RoiError(f"{name}: no face found in any of its {len(detected)} frames")
+    else:
+        landmarks, detected = _given_landmarks(landmarks, name)
+        if len(landmarks) > len(frames):
+            raise RoiError(f"{name}: {len(landmarks)} frames of landmarks, but {len(frames)} video frames")
+        frames = frames[: len(landmarks)]
+        if not detected.any():
+            raise RoiError(f"{name}: no frame has landmarks (all {len(detected)} are missing)")
+    landmarks = interpolate_landmarks(landmarks, detected)
+    try:
+        forward, inverse = alignment_transforms(landmarks, smooth_window)
+    except ValueError as exc:
+        raise RoiError(f"{name}: {exc}") from exc
+    origins, mouth, clamped = crop_origins(landmarks, forward, size)
+    crops = rgb_to_gray(sample_crops(frames, inverse, origins, size))
+    transforms = forward[:, :2].copy()
+    transforms[:, :, 2] -= origins[:, ::-1]  # 256x256 frame -> crop: minus (column, row) of the origin
+    mouth = mouth - origins[:, None, ::-1]
+    return RoiTrack(crops, detected, landmarks.astype(np.float64), mouth, transforms, clamped)
+
+
+def _given_landmarks(landmarks: np.ndarray | list, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(T, 68, 2)`` float landmarks (NaN rows missing) and the frames that have them."""
+    if isinstance(landmarks, (list, tuple)):
+        landmarks = _stack_frames(landmarks, name)
+    landmarks = np.asarray(landmarks)
+    if landmarks.ndim != 3 or landmarks.shape[1:] != (68, 2) or not len(landmarks):
+        raise RoiError(f"{name}: expected landmarks (T, 68, 2) with T >= 1, got {landmarks.shape}")
+    if not np.issubdtype(landmarks.dtype, np.number):
+        raise RoiError(f"{name}: landmarks must be numbers, got {landmarks.dtype}")
+    if not np.issubdtype(landmarks.dtype, np.floating):
+        landmarks = landmarks.astype(np.float64)
+    return landmarks, np.isfinite(landmarks).all(axis=(1, 2))
 
 
 def preprocess_video(
@@ -345,6 +663,7 @@ def preprocess_video(
     sample_rate: int = 16000,
     start_s: float = 0.0,
     end_s: float | None = None,
+    landmarks: str | os.PathLike | np.ndarray | None = None,
 ) -> dict:
     """Preprocess one raw face video into the corpus format: ROI mp4 (96x96 gray, 25 fps) + 16 kHz mono wav.
 
@@ -363,24 +682,38 @@ def preprocess_video(
         size, smooth_window: see :func:`extract_mouth_roi`.
         fps: video frame rate of the output.  sample_rate: audio rate of the output in Hz.
         start_s, end_s: the part of the recording to keep, in seconds (``end_s`` None or < 0: to the end).
+        landmarks: iBUG-68 landmarks of the whole video at ``fps`` (a file for :func:`load_landmarks`, or
+            an array as :func:`extract_mouth_roi` takes); a segment uses its frames. None: detected with
+            MediaPipe.
 
     Returns:
-        stats: ``{"frames": T, "frames_without_face": n, "seconds": T / fps, "source_fps": f,
-        "audio_padded_s": zeros added where the audio ends before the video (with ``dst_wav``),
-        "processing_fps": T / wall time}``.
+        stats: ``{"frames": T, "frames_without_face": n, "frames_clamped": crops moved back into the
+        256x256 frame, "seconds": T / fps, "source_fps": f, "audio_padded_s": zeros added where the audio
+        ends before the video (with ``dst_wav``), "processing_fps": T / wall time}``.
 
     Raises:
         RoiError: the video is missing or unreadable, has no face, or (with ``dst_wav``) has no audio track,
-            the segment is empty, or an output cannot be written; the message names ``src``.
-        ImportError: MediaPipe is not installed.
+            the segment is empty, the landmarks are unreadable or do not fit the video, or an output cannot
+            be written; the message names ``src`` (or the landmark file).
+        ImportError: MediaPipe (without ``landmarks``) or scikit-image is not installed.
     """
     start = time.perf_counter()
     src = Path(src)
+    if isinstance(landmarks, (str, os.PathLike)):
+        landmarks = load_landmarks(landmarks)[0]
     try:
         wav = read_audio_track(src, sample_rate) if dst_wav is not None else None
         frames, source_fps = read_video_rgb(src, fps)
     except MediaError as exc:
         raise RoiError(str(exc)) from exc
+    if landmarks is not None:
+        landmarks, _ = _given_landmarks(landmarks, str(src))
+        if len(landmarks) > frames.shape[0]:
+            raise RoiError(
+                f"{src}: {len(landmarks)} frames of landmarks for a video of {frames.shape[0]} frames at "
+                f"{fps:g} fps"
+            )
+        frames = frames[: len(landmarks)]  # as the original: frames after the last landmark are not cut
     first = max(0, int(round(start_s * fps)))
     last = frames.shape[0] if end_s is None or end_s < 0 else min(frames.shape[0], int(round(end_s * fps)))
     if last <= first:
@@ -389,12 +722,15 @@ def preprocess_video(
             f"{frames.shape[0]} frames at {fps:g} fps)"
         )
     frames = frames[first:last]
+    if landmarks is not None:
+        landmarks = landmarks[first:last]
     if wav is not None:
         wav = wav[int(round(first * sample_rate / fps)) :]
-    track = extract_mouth_roi(frames, size, smooth_window, name=str(src))
+    track = extract_mouth_roi(frames, landmarks, size, smooth_window, name=str(src))
     stats = {
         "frames": track.num_frames,
         "frames_without_face": track.num_missing,
+        "frames_clamped": int(track.clamped.sum()),
         "seconds": track.num_frames / fps,
         "source_fps": source_fps,
     }
