@@ -6,10 +6,10 @@ each SNR when a noise file is given) the tool writes ``<out>/<test_set>/<modalit
 utterances could not be decoded (they are reported and skipped, the others decoded). A condition whose
 ``hyp`` exists is skipped, so an interrupted decoding resumes -- when the settings match: each modality
 directory records them in ``decode_settings.yaml`` (model, checkpoints chosen with their sizes and times,
-tokenizer, decoding configuration, data dir, noise file, precision), and a directory holding results made with
-other settings is refused with the differing keys named, or cleared and decoded anew with ``--overwrite``.
-All decoding goes through :class:`avsr.inference.Transcriber` (the same path as ``avsr transcribe`` and
-Python users): the noise segment and the SNR of an utterance are a function of its id, so every run decodes
+tokenizer, decoding configuration, data dir, precision; each noisy condition its noise file), and a directory
+holding results made with other settings is refused with the differing keys named, or cleared and decoded
+anew with ``--overwrite``. All decoding goes through :class:`avsr.inference.Transcriber` (the same path as
+``avsr transcribe`` and Python users): the noise segment and the SNR of an utterance are a function of its id, so every run decodes
 the same noisy audio. Video-only input does not depend on the audio noise: it is decoded once and its
 hypotheses are written for every condition. Audio-visual decoding runs the video front-end once per
 utterance and reuses its output in every noise condition (the Transcriber's ``video_cache``).
@@ -74,21 +74,18 @@ def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> 
         "bpemodel": str(bpemodel.resolve()) if bpemodel is not None and bpemodel.is_file() else None,
         "decode_config": to_dict(DecodeConfig.from_yaml(config_path(args.decode_config, "decode"))),
         "data": str(args.data.resolve()),
-        "noise_file": str(args.noise_file.resolve()) if args.noise_file is not None else None,
-        "noise_name": args.noise_name if args.noise_file is not None else None,
         "precision": args.precision,
     }
 
 
-def _claim(out: Path, settings: dict, overwrite: bool) -> None:
-    """Record ``settings`` in ``out/decode_settings.yaml``; results made with other settings are refused or,
-    with ``overwrite``, removed.
+def _claim(out: Path, settings: dict, overwrite: bool, results: list[Path]) -> None:
+    """Record ``settings`` in ``out/decode_settings.yaml``; ``results`` (``hyp`` files below ``out``) made
+    with other settings are refused or, with ``overwrite``, removed with their condition directories.
 
     Raises:
         UsageError: ``out`` holds results of other settings (the differing keys named) and no ``overwrite``.
     """
     path = out / "decode_settings.yaml"
-    results = sorted(out.glob("*/hyp"))
     if path.is_file() and results:
         old = parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
         differ = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
@@ -158,13 +155,17 @@ def main(argv: list[str] | None = None) -> int | None:
 
     transcriber: Transcriber | None = None
     for modality in args.modalities:
-        _claim(args.out / test_set / modality, settings, args.overwrite)
+        out_mod = args.out / test_set / modality
+        _claim(out_mod, settings, args.overwrite, sorted(out_mod.glob("*/hyp")))
         video_hyps: dict[str, str] | None = None
         video_failed: dict[str, str] = {}
         reuse_video = modality == "audiovisual" and len(conditions) > 1
         cache: dict[str, torch.Tensor] | None = {} if reuse_video else None
         for cond, snr in conditions:
-            out_dir = args.out / test_set / modality / cond
+            out_dir = out_mod / cond
+            if snr is not None:  # the noise recording of a noisy condition
+                noise = {"noise_file": str(args.noise_file.resolve()), "noise_name": args.noise_name}
+                _claim(out_dir, noise, args.overwrite, [p for p in [out_dir / "hyp"] if p.is_file()])
             if (out_dir / "hyp").is_file():
                 logger.info("%s exists, skipping", out_dir / "hyp")
                 continue
