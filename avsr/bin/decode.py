@@ -9,8 +9,8 @@ directory records them in ``decode_settings.yaml`` (model, checkpoints chosen wi
 tokenizer, decoding configuration, data dir, precision; each noisy condition its noise file), and a directory
 holding results made with other settings is refused with the differing keys named, or cleared and decoded
 anew with ``--overwrite``. All decoding goes through :class:`avsr.inference.Transcriber` (the same path as
-``avsr transcribe`` and Python users): the noise segment and the SNR of an utterance are a function of its id, so every run decodes
-the same noisy audio. Video-only input does not depend on the audio noise: it is decoded once and its
+``avsr transcribe`` and Python users): the noise segment and the SNR of an utterance are a function of its
+id, so every run decodes the same noisy audio. Video-only input does not depend on the audio noise: it is decoded once and its
 hypotheses are written for every condition. Audio-visual decoding runs the video front-end once per
 utterance and reuses its output in every noise condition (the Transcriber's ``video_cache``).
 
