@@ -3,16 +3,16 @@
 For each modality (``audio``, ``video``, ``audiovisual``) and condition (``clean``, then ``<noise>_<snr>`` for
 each SNR when a noise file is given) the tool writes ``<out>/<test_set>/<modality>/<condition>/hyp`` and
 ``ref`` (Kaldi text: ``<utt-id> WORDS``), each atomically, and ``failed`` (``<utt-id> <reason>``) when some
-utterances could not be decoded (they are reported and skipped, the others decoded). A condition whose
-``hyp`` exists is skipped, so an interrupted decoding resumes -- when the settings match: each modality
-directory records them in ``decode_settings.yaml`` (model, checkpoints chosen with their sizes and times,
-tokenizer, decoding configuration, data dir, precision; each noisy condition its noise file), and a directory
-holding results made with other settings is refused with the differing keys named, or cleared and decoded
-anew with ``--overwrite``. All decoding goes through :class:`avsr.inference.Transcriber` (the same path as
-``avsr transcribe`` and Python users): the noise segment and the SNR of an utterance are a function of its
-id, so every run decodes the same noisy audio. Video-only input does not depend on the audio noise: it is decoded once and its
-hypotheses are written for every condition. Audio-visual decoding runs the video front-end once per
-utterance and reuses its output in every noise condition (the Transcriber's ``video_cache``).
+utterances could not be decoded (they are reported and skipped, the others decoded). A condition whose ``hyp``
+exists is skipped, so an interrupted decoding resumes -- when the settings match: each modality directory
+records them in ``decode_settings.yaml`` (model, checkpoints chosen with their sizes and times, tokenizer,
+decoding configuration, data dir, precision; each noisy condition its noise file), and a directory holding
+results made with other settings is refused with the differing keys named, or cleared and decoded anew with
+``--overwrite``. All decoding goes through :class:`avsr.inference.Transcriber` (the same path as ``avsr
+transcribe`` and Python users): the noise segment and the SNR of an utterance are a function of its id, so
+every run decodes the same noisy audio. Video-only input does not depend on the audio noise: it is decoded
+once and its hypotheses are written for every condition. Audio-visual decoding runs the video front-end once
+per utterance and reuses its output in every noise condition (the Transcriber's ``video_cache``).
 
 The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
 accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``: an avsr checkpoint or an official fine-tuned
