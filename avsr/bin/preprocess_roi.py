@@ -36,7 +36,8 @@ from pathlib import Path, PurePosixPath
 
 from tqdm import tqdm
 
-from avsr.bin.runner import tool
+from avsr.bin.runner import UsageError, tool
+from avsr.data.roi import RoiError
 from avsr.fileio import write_text_atomic
 
 logger = logging.getLogger("avsr.bin.preprocess_roi")
@@ -335,9 +336,13 @@ def main(argv: list[str] | None = None) -> int | None:
             progress=not args.no_progress,
             landmarks_dir=args.landmarks_dir,
         )
-    except (ValueError, ImportError, OSError) as exc:
-        logger.error("%s", exc)
+    except ImportError as exc:  # the [video] extra is missing: a runtime error, in one line
+        print(f"avsr-preprocess-roi: error: {exc}", file=sys.stderr)
         return 1
+    except RoiError:
+        raise  # a data error: avsr.bin.runner prints it in one line
+    except ValueError as exc:  # options that cannot be right (an empty list, a bad --ext, ...)
+        raise UsageError(str(exc)) from exc
     logger.info(
         "done %d, skipped %d (already done), failed %d; %d frames (%d without a face), %.1f s, %.1f frames/s",
         summary["done"], summary["skipped"], summary["failed"], summary["frames"],
@@ -346,7 +351,8 @@ def main(argv: list[str] | None = None) -> int | None:
     if summary["failed"]:
         logger.warning("%d videos failed, listed in %s", summary["failed"], Path(args.dst_dir) / "failed.tsv")
     if summary["done"] + summary["skipped"] == 0:
-        logger.error("no video was preprocessed")
+        print(f"avsr-preprocess-roi: error: no video was preprocessed (reasons in "
+              f"{Path(args.dst_dir) / 'failed.tsv'})", file=sys.stderr)
         return 1
     return 1 if summary["failed"] and args.fail_on_error else 0
 
