@@ -427,7 +427,7 @@ def test_preprocess_roi_cli_writes_good_files_lists_bad_ones_and_resumes(tmp_pat
     assert (dst / "test" / "spk1" / "good.mp4").stat().st_mtime_ns == before
     assert "done 0, skipped 1 (already done), failed 1;" in caplog.text
     assert main(["--src-dir", str(src), "--dst-dir", str(dst), "--no-progress", "--fail-on-error"]) == 1
-    assert main(["--src-dir", str(src), "--dst-dir", str(src), "--no-progress"]) == 1  # would overwrite
+    assert main(["--src-dir", str(src), "--dst-dir", str(src), "--no-progress"]) == 2  # would overwrite: misuse
 
 
 @needs_mediapipe
@@ -487,7 +487,7 @@ def test_preprocess_roi_cli_work_list_with_outputs_and_segments(tmp_path):
     assert piece.shape == (30 * 640,) and np.allclose(piece.numpy(), whole.numpy()[20 * 640 :], atol=1e-4)
     assert not (corpus / "failed.tsv").exists()
     work.write_text(f"{clip} ../outside.mp4\n")
-    assert main(["--list", str(work), "--dst-dir", str(corpus), "--no-progress"]) == 1
+    assert main(["--list", str(work), "--dst-dir", str(corpus), "--no-progress"]) == 2  # outside: misuse
 
 
 # --- the LRS3-like fixture: a SynthGRID mouth in a real face -------------------------------------------
