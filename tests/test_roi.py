@@ -427,7 +427,7 @@ def test_preprocess_roi_cli_writes_good_files_lists_bad_ones_and_resumes(tmp_pat
     assert (dst / "test" / "spk1" / "good.mp4").stat().st_mtime_ns == before
     assert "done 0, skipped 1 (already done), failed 1;" in caplog.text
     assert main(["--src-dir", str(src), "--dst-dir", str(dst), "--no-progress", "--fail-on-error"]) == 1
-    assert main(["--src-dir", str(src), "--dst-dir", str(src), "--no-progress"]) == 2  # would overwrite: misuse
+    assert main(["--src-dir", str(src), "--dst-dir", str(src), "--no-progress"]) == 2  # overwriting: misuse
 
 
 @needs_mediapipe
