@@ -75,7 +75,8 @@ class DecodeConfig:
               it ``-1e10``);
             * ``espnet_nonbatch``: as ESPnet's ``BeamSearch`` (the class ESPnet falls back to when a
               scorer has no batch interface): the same pre-beam, and ``eos`` is a candidate only when it
-              is in the pre-beam.
+              is in the pre-beam -- or at the maximum length, where only ``eos`` is (ESPnet appends it
+              there unscored, avsr scores it, as in every mode).
 
             With the same weights and settings, ``espnet`` and ``espnet_nonbatch`` give the hypotheses of
             ESPnet's two classes (``benchmarks/bench_vs_espnet.py`` checks this against the installed
@@ -199,10 +200,10 @@ def _pre_beam_ids(att: Tensor, config: DecodeConfig, pre_beam: int, eos: int, bl
         eos, blank: token ids.
 
     Returns:
-        ``(ids, extra_eos)``: ``ids`` ``(N, pre_beam)`` int64 (``espnet_nonbatch``) or ``(N, pre_beam + 1)``
-        with ``eos`` in the last column (``avsr``, ``espnet``); ``extra_eos`` ``(N,)`` bool, True where that
-        last column repeats an ``eos`` already in the pre-beam (``espnet``; the repeat must not be a second
-        candidate), or None.
+        ``(ids, extra_eos)``: ``ids`` ``(N, pre_beam + 1)`` int64 with ``eos`` in the last column;
+        ``extra_eos`` ``(N,)`` bool, True where that last column repeats an ``eos`` already in the pre-beam
+        (ESPnet's modes; the repeat must not be a second candidate), or None (``avsr``). With
+        ``espnet_nonbatch`` the caller allows the last column only at the maximum length.
 
     Source: ``BatchBeamSearch.search`` / ``BeamSearch.search`` of ESPnet (``espnet/nets/batch_beam_search.py``,
     ``beam_search.py``): ``torch.topk(weighted_scores, pre_beam_size)`` over the whole vocabulary, where
@@ -219,8 +220,6 @@ def _pre_beam_ids(att: Tensor, config: DecodeConfig, pre_beam: int, eos: int, bl
     weighted += (1.0 - config.ctc_weight) * att
     weighted += config.penalty * torch.ones_like(att)
     ids = weighted.topk(pre_beam).indices
-    if config.pre_beam == "espnet_nonbatch":
-        return ids, None
     return torch.cat([ids, ids.new_full((n, 1), eos)], dim=1), (ids == eos).any(dim=1)
 
 
@@ -340,6 +339,8 @@ def batch_beam_search(
         refuse |= ~score.isfinite()[:, None]
         if extra_eos is not None:
             refuse[:, -1] |= extra_eos
+            if config.pre_beam == "espnet_nonbatch":  # eos outside the pre-beam only at the maximum length
+                refuse[:, -1] |= (i < maxlen)[rows_utt]
         total = (score[:, None] + cand).masked_fill(refuse, NEG_INF)
 
         c = total.size(1)
