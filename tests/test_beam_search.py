@@ -431,7 +431,7 @@ def test_video_front_end_memo_reuses_outputs_and_decodes_as_without_it():
 def test_pre_beam_ids_rank_the_whole_vocabulary_as_espnet():
     from avsr.decode.beam_search import _pre_beam_ids
 
-    v, eos = 8, 7
+    eos = 7
     # row 0: blank and eos are the two best tokens; row 1: eos is ranked 5th, blank last
     att = torch.log_softmax(torch.tensor([[9.0, 1, 2, 3, 4, 5, 6, 8], [0.0, 8, 7, 6, 5, 1, 2, 4]]), -1)
     ours, extra = _pre_beam_ids(att, DecodeConfig(pre_beam="avsr"), 3, eos, BLANK)
@@ -460,8 +460,8 @@ def espnet_style_search(dec, mem, logp, cfg, maxlen, v):
     for i in range(maxlen + 1):
         cands = []
         for y, s in running:
-            att = torch.log_softmax(dec(torch.tensor([[sos] + y]), mem, torch.ones(1, mem.size(1), dtype=bool))[0, -1],
-                                    -1)
+            mask = torch.ones(1, mem.size(1), dtype=bool)
+            att = torch.log_softmax(dec(torch.tensor([[sos] + y]), mem, mask)[0, -1], -1)
             ranked = ((1 - w) * att + cfg.penalty).topk(pre).indices.tolist()
             allowed = set(ranked) | ({eos} if cfg.pre_beam == "espnet" or i == maxlen else set())
             for c in sorted(allowed - {BLANK}):

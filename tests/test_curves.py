@@ -38,32 +38,62 @@ def test_a_training_run_writes_pngs_and_tensorboard_scalars(setup, tmp_path):  #
     log = read_train_log(tmp_path / "exp" / "train_log.jsonl")
     assert [r["epoch"] for r in log] == [1, 2]
     tags = scalar_tags(tmp_path / "exp" / "tensorboard")
-    assert {"train/loss", "train/loss_ctc", "train/loss_att", "train/acc", "valid/loss", "valid/acc",
-            "lr"} <= set(tags)
+    assert {
+        "train/loss",
+        "train/loss_ctc",
+        "train/loss_att",
+        "train/acc",
+        "valid/loss",
+        "valid/acc",
+        "lr",
+    } <= set(tags)
     assert [s for s, _ in tags["train/loss"]] == [1, 2]
     assert [v for _, v in tags["train/loss"]] == pytest.approx([r["train"]["loss"] for r in log], rel=1e-5)
     assert [v for _, v in tags["lr"]] == pytest.approx([r["lr"] for r in log], rel=1e-5)
 
 
 def test_pretraining_statistics_get_their_own_plots_and_counters_none(tmp_path):
-    records = [{"epoch": e, "step": 10 * e, "lr": 1e-3 / e,
-                "train": {"loss": 5.0 - e, "loss_masked": 4.0 - e, "loss_unmasked": 3.0, "acc_masked": 0.1 * e,
-                          "acc_unmasked": 0.2 * e, "loss_features_pen": 0.5, "n_masked": 100.0},
-                "valid": {"loss": 5.5 - e, "acc_masked": 0.1 * e} if e > 1 else {}} for e in (1, 2, 3)]
+    records = [
+        {
+            "epoch": e,
+            "step": 10 * e,
+            "lr": 1e-3 / e,
+            "train": {
+                "loss": 5.0 - e,
+                "loss_masked": 4.0 - e,
+                "loss_unmasked": 3.0,
+                "acc_masked": 0.1 * e,
+                "acc_unmasked": 0.2 * e,
+                "loss_features_pen": 0.5,
+                "n_masked": 100.0,
+            },
+            "valid": {"loss": 5.5 - e, "acc_masked": 0.1 * e} if e > 1 else {},
+        }
+        for e in (1, 2, 3)
+    ]
     log = tmp_path / "train_log.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
     curves = TrainingCurves(tmp_path)
     curves.log_epoch(records[-1])
     curves.close()
     names = sorted(p.stem for p in (tmp_path / "images").glob("*.png"))
-    assert names == ["acc_masked", "acc_unmasked", "loss", "loss_features_pen", "loss_masked", "loss_unmasked",
-                     "lr"]
+    assert names == [
+        "acc_masked",
+        "acc_unmasked",
+        "loss",
+        "loss_features_pen",
+        "loss_masked",
+        "loss_unmasked",
+        "lr",
+    ]
     assert scalar_tags(tmp_path / "tensorboard")["train/acc_masked"] == [(3, pytest.approx(0.3))]
 
 
 def test_resumed_epochs_are_drawn_once_and_a_bad_log_line_is_named(tmp_path):
     log = tmp_path / "train_log.jsonl"
-    log.write_text('{"epoch": 1, "lr": 1, "train": {"loss": 3}}\n{"epoch": 1, "lr": 1, "train": {"loss": 2}}\n')
+    log.write_text(
+        '{"epoch": 1, "lr": 1, "train": {"loss": 3}}\n{"epoch": 1, "lr": 1, "train": {"loss": 2}}\n'
+    )
     assert [r["train"]["loss"] for r in read_train_log(log)] == [2]
     assert {p.name for p in plot_curves(read_train_log(log), tmp_path / "img")} == {"loss.png", "lr.png"}
     log.write_text('{"epoch": 1}\nnot json\n')

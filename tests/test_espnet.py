@@ -1,4 +1,5 @@
-"""avsr.espnet without ESPnet: the packed layout, the encoder wrapper, pretrained weights, the dump tool and the
+"""avsr.espnet without ESPnet: the packed layout, the encoder wrapper, pretrained weights, the dump tool and
+the
 inference entry point's argument rewriting. The tests against a real ESPnet are in test_espnet_interop.py."""
 
 import numpy as np
@@ -19,9 +20,19 @@ from avsr.train.checkpoint import save_atomic
 from tests.test_compat import pretrain_ckpt
 from tests.test_data import make_utt
 
-TINY = dict(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_attention_heads=2,
-            conv_pos=4, conv_pos_groups=2, resnet_widths=[2, 2, 4, 4], dropout=0.0, dropout_input=0.0,
-            attention_dropout=0.0, encoder_layerdrop=0.0)
+TINY = dict(
+    encoder_layers=1,
+    encoder_embed_dim=16,
+    encoder_ffn_embed_dim=32,
+    encoder_attention_heads=2,
+    conv_pos=4,
+    conv_pos_groups=2,
+    resnet_widths=[2, 2, 4, 4],
+    dropout=0.0,
+    dropout_input=0.0,
+    attention_dropout=0.0,
+    encoder_layerdrop=0.0,
+)
 D = 104 + 96 * 96
 
 
@@ -65,8 +76,11 @@ def test_eval_output_equals_avhubert_encoder_on_each_modality():
     xs, lens, audio, video = packed_batch()
     ref = enc.avhubert
     v = normalize_video(crop_video(video.flatten(0, 1)).unflatten(0, video.shape[:2]))[:, None]
-    inputs = {"audiovisual": (audio.transpose(1, 2), v), "audio": (audio.transpose(1, 2), None),
-              "video": (None, v)}
+    inputs = {
+        "audiovisual": (audio.transpose(1, 2), v),
+        "audio": (audio.transpose(1, 2), None),
+        "video": (None, v),
+    }
     outs = {}
     for modality, (a, vv) in inputs.items():
         enc.modality = modality
@@ -85,7 +99,9 @@ def test_eval_output_equals_avhubert_encoder_on_each_modality():
 def test_training_crops_randomly_and_honours_modality_dropout_and_feature_grad_mult():
     torch.manual_seed(0)
     xs, lens, _, video = packed_batch()
-    crops = {tuple(crop_and_normalize(video, train=True)[0, 0, 0, :2, :2].flatten().tolist()) for _ in range(8)}
+    crops = {
+        tuple(crop_and_normalize(video, train=True)[0, 0, 0, :2, :2].flatten().tolist()) for _ in range(8)
+    }
     assert len(crops) > 1  # random position / flip per draw
     enc = AVHubertESPnetEncoder(D, **{**TINY, "modality_dropout": 1.0, "audio_dropout": 1.0}).train()
     calls = []
@@ -110,8 +126,13 @@ def test_shipped_model_name_pretrained_checkpoints_and_reload(tmp_path):
     with pytest.raises(ConfigError, match="input_size"):
         AVHubertESPnetEncoder(D - 1, **TINY)
     # an avsr ASR checkpoint and an official AV-HuBERT pretraining checkpoint
-    config = {"vocab_size": 10, "encoder_conf": TINY, "decoder_conf": dict(
-        decoder_layers=1, decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_attention_heads=2)}
+    config = {
+        "vocab_size": 10,
+        "encoder_conf": TINY,
+        "decoder_conf": dict(
+            decoder_layers=1, decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_attention_heads=2
+        ),
+    }
     own = tmp_path / "own.pt"
     save_atomic({"model": AVSRModel.from_config(config).state_dict(), "model_config": config}, own)
     official, _, _ = pretrain_ckpt(tmp_path)
@@ -159,10 +180,21 @@ def test_dump_writes_packed_frames_and_espnet_lists(tmp_path):
 def test_inference_modality_option_rewrites_the_training_config(tmp_path):
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"encoder": "avsr_avhubert", "encoder_conf": {"model": "x"}}))
-    cmd = ["--asr_train_config", str(config), "--modality", "audio", "--output_dir", str(tmp_path / "o"),
-           "--beam_size", "4"]
+    cmd = [
+        "--asr_train_config",
+        str(config),
+        "--modality",
+        "audio",
+        "--output_dir",
+        str(tmp_path / "o"),
+        "--beam_size",
+        "4",
+    ]
     out = with_modality(cmd)
-    assert out[:4] == ["--output_dir", str(tmp_path / "o"), "--beam_size", "4"] and out[4] == "--asr_train_config"
+    assert (
+        out[:4] == ["--output_dir", str(tmp_path / "o"), "--beam_size", "4"]
+        and out[4] == "--asr_train_config"
+    )
     assert yaml.safe_load(open(out[5]))["encoder_conf"] == {"model": "x", "modality": "audio"}
     assert with_modality(cmd[:2]) == cmd[:2]
     with pytest.raises(SystemExit):

@@ -1,6 +1,7 @@
 """avsr.espnet against a real ESPnet (skipped where ``espnet2`` is not importable; ``bash
 scripts/install_espnet.sh`` makes the environment, then ``.venv-espnet/bin/python -m pytest -q
-tests/test_espnet_interop.py``): ESPnet's collect_stats and one epoch of asr_train with our encoder through the
+tests/test_espnet_interop.py``): ESPnet's collect_stats and one epoch of asr_train with our encoder through
+the
 entry point, Speech2Text and asr_inference decoding, reload_pretrained_parameters inside ESPnet's model
 building, and avsr's search with ``pre_beam: espnet`` against ESPnet's BeamSearch / BatchBeamSearch."""
 
@@ -29,17 +30,35 @@ from avsr.train.checkpoint import save_atomic  # noqa: E402
 from tests.test_data import WORDS, make_utt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = dict(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_attention_heads=2,
-            conv_pos=4, conv_pos_groups=2, resnet_widths=[2, 2, 4, 4], dropout=0.0, dropout_input=0.0,
-            attention_dropout=0.0, encoder_layerdrop=0.0, modality_dropout=0.5, audio_dropout=0.5)
+TINY = dict(
+    encoder_layers=1,
+    encoder_embed_dim=16,
+    encoder_ffn_embed_dim=32,
+    encoder_attention_heads=2,
+    conv_pos=4,
+    conv_pos_groups=2,
+    resnet_widths=[2, 2, 4, 4],
+    dropout=0.0,
+    dropout_input=0.0,
+    attention_dropout=0.0,
+    encoder_layerdrop=0.0,
+    modality_dropout=0.5,
+    audio_dropout=0.5,
+)
 D = 104 + 96 * 96
 
 
 def run_tool(module, *args, cwd):
-    """``python -m module args`` in a fresh interpreter, as a user runs it; output in the assertion message."""
+    """``python -m module args`` in a fresh interpreter, as a user runs it (output in the failure message)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc
 
@@ -56,22 +75,68 @@ def trained(tmp_path_factory):
         dump_datadir(root / "data" / name, root / "dump" / name)
     tok = Tokenizer(train_sentencepiece(texts * 20, root / "bpe", vocab_size=30))
     (root / "tokens.txt").write_text("\n".join(tok.token_list) + "\n", encoding="utf-8")
-    config = {"encoder": "avsr_avhubert", "encoder_conf": TINY, "decoder": "transformer",
-              "decoder_conf": {"attention_heads": 2, "linear_units": 32, "num_blocks": 1},
-              "model_conf": {"ctc_weight": 0.3, "lsm_weight": 0.1}, "normalize": None, "optim": "adamw",
-              "optim_conf": {"lr": 1e-3}, "max_epoch": 1, "batch_type": "unsorted", "batch_size": 3,
-              "num_workers": 0, "num_att_plot": 0, "seed": 0}
+    config = {
+        "encoder": "avsr_avhubert",
+        "encoder_conf": TINY,
+        "decoder": "transformer",
+        "decoder_conf": {"attention_heads": 2, "linear_units": 32, "num_blocks": 1},
+        "model_conf": {"ctc_weight": 0.3, "lsm_weight": 0.1},
+        "normalize": None,
+        "optim": "adamw",
+        "optim_conf": {"lr": 1e-3},
+        "max_epoch": 1,
+        "batch_type": "unsorted",
+        "batch_size": 3,
+        "num_workers": 0,
+        "num_att_plot": 0,
+        "seed": 0,
+    }
     (root / "train.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
-    common = ["--use_preprocessor", "true", "--token_type", "bpe", "--bpemodel", root / "bpe.model",
-              "--token_list", root / "tokens.txt", "--config", root / "train.yaml", "--input_size", D]
+    common = [
+        "--use_preprocessor",
+        "true",
+        "--token_type",
+        "bpe",
+        "--bpemodel",
+        root / "bpe.model",
+        "--token_list",
+        root / "tokens.txt",
+        "--config",
+        root / "train.yaml",
+        "--input_size",
+        D,
+    ]
     for part in ("train", "valid"):
-        common += [f"--{part}_data_path_and_name_and_type", f"{root}/dump/{part}/feats.scp,speech,npy",
-                   f"--{part}_data_path_and_name_and_type", f"{root}/dump/{part}/text,text,text"]
-    run_tool("avsr.espnet.asr_train", "--collect_stats", "true", *common, "--train_shape_file",
-             root / "dump/train/feats.scp", "--valid_shape_file", root / "dump/valid/feats.scp",
-             "--output_dir", root / "stats", cwd=root)
-    run_tool("avsr.espnet.asr_train", *common, "--train_shape_file", root / "stats/train/speech_shape",
-             "--valid_shape_file", root / "stats/valid/speech_shape", "--output_dir", root / "exp", cwd=root)
+        common += [
+            f"--{part}_data_path_and_name_and_type",
+            f"{root}/dump/{part}/feats.scp,speech,npy",
+            f"--{part}_data_path_and_name_and_type",
+            f"{root}/dump/{part}/text,text,text",
+        ]
+    run_tool(
+        "avsr.espnet.asr_train",
+        "--collect_stats",
+        "true",
+        *common,
+        "--train_shape_file",
+        root / "dump/train/feats.scp",
+        "--valid_shape_file",
+        root / "dump/valid/feats.scp",
+        "--output_dir",
+        root / "stats",
+        cwd=root,
+    )
+    run_tool(
+        "avsr.espnet.asr_train",
+        *common,
+        "--train_shape_file",
+        root / "stats/train/speech_shape",
+        "--valid_shape_file",
+        root / "stats/valid/speech_shape",
+        "--output_dir",
+        root / "exp",
+        cwd=root,
+    )
     return root
 
 
@@ -89,8 +154,12 @@ def test_speech2text_and_asr_inference_decode_with_each_modality(trained):
     register()
     from espnet2.bin.asr_inference import Speech2Text
 
-    s2t = Speech2Text(asr_train_config=trained / "exp" / "config.yaml",
-                      asr_model_file=trained / "exp" / "valid.acc.best.pth", beam_size=3, ctc_weight=0.3)
+    s2t = Speech2Text(
+        asr_train_config=trained / "exp" / "config.yaml",
+        asr_model_file=trained / "exp" / "valid.acc.best.pth",
+        beam_size=3,
+        ctc_weight=0.3,
+    )
     x = torch.from_numpy(np.load(read_kaldi_map(trained / "dump/valid/feats.scp")["s6_6"]).astype(np.float32))
     encoder = s2t.asr_model.encoder
     outputs = {}
@@ -101,10 +170,26 @@ def test_speech2text_and_asr_inference_decode_with_each_modality(trained):
         outputs[modality] = encoder(x[None], torch.tensor([x.shape[0]]))[0]
     assert not torch.allclose(outputs["audio"], outputs["video"])
     out = trained / "decode_audio"
-    run_tool("avsr.espnet.asr_inference", "--modality", "audio", "--asr_train_config",
-             trained / "exp/config.yaml", "--asr_model_file", trained / "exp/valid.acc.best.pth",
-             "--data_path_and_name_and_type", f"{trained}/dump/valid/feats.scp,speech,npy", "--key_file",
-             trained / "dump/valid/feats.scp", "--output_dir", out, "--beam_size", 3, "--batch_size", 1, cwd=trained)
+    run_tool(
+        "avsr.espnet.asr_inference",
+        "--modality",
+        "audio",
+        "--asr_train_config",
+        trained / "exp/config.yaml",
+        "--asr_model_file",
+        trained / "exp/valid.acc.best.pth",
+        "--data_path_and_name_and_type",
+        f"{trained}/dump/valid/feats.scp,speech,npy",
+        "--key_file",
+        trained / "dump/valid/feats.scp",
+        "--output_dir",
+        out,
+        "--beam_size",
+        3,
+        "--batch_size",
+        1,
+        cwd=trained,
+    )
     assert sorted(read_kaldi_map(out / "1best_recog" / "text", allow_empty_value=True)) == ["s6_6", "s7_7"]
     assert yaml.safe_load((out / "asr_config_audio.yaml").read_text())["encoder_conf"]["modality"] == "audio"
 
@@ -113,21 +198,42 @@ def test_reload_pretrained_parameters_in_espnet_model_building_gives_the_avsr_en
     register()
     from espnet2.tasks.asr import ASRTask
 
-    config = {"vocab_size": 10, "encoder_conf": TINY, "decoder_conf": dict(
-        decoder_layers=1, decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_attention_heads=2)}
+    config = {
+        "vocab_size": 10,
+        "encoder_conf": TINY,
+        "decoder_conf": dict(
+            decoder_layers=1, decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_attention_heads=2
+        ),
+    }
     torch.manual_seed(3)
     ckpt = tmp_path / "avsr.pt"
     save_atomic({"model": AVSRModel.from_config(config).state_dict(), "model_config": config}, ckpt)
     tokens = tmp_path / "tokens.txt"
     tokens.write_text("\n".join(["<blank>", "<unk>", *"ABCDEFGH", "<sos/eos>"]) + "\n")
-    args = ASRTask.get_parser().parse_args([
-        "--token_list", str(tokens), "--input_size", str(D), "--encoder", "avsr_avhubert",
-        "--encoder_conf", f"pretrained={ckpt}", "--decoder", "transformer", "--init", "xavier_uniform",
-        "--output_dir", str(tmp_path / "exp")])
+    args = ASRTask.get_parser().parse_args(
+        [
+            "--token_list",
+            str(tokens),
+            "--input_size",
+            str(D),
+            "--encoder",
+            "avsr_avhubert",
+            "--encoder_conf",
+            f"pretrained={ckpt}",
+            "--decoder",
+            "transformer",
+            "--init",
+            "xavier_uniform",
+            "--output_dir",
+            str(tmp_path / "exp"),
+        ]
+    )
     model = ASRTask.build_model(args).eval()  # ESPnet's initialize, then reload_pretrained_parameters
     g = torch.Generator().manual_seed(0)
     lens = torch.tensor([11, 8])
-    xs = torch.cat([torch.randn(2, 11, 104, generator=g), torch.randint(0, 256, (2, 11, 96 * 96), generator=g)], -1)
+    xs = torch.cat(
+        [torch.randn(2, 11, 104, generator=g), torch.randint(0, 256, (2, 11, 96 * 96), generator=g)], -1
+    )
     ref = AVHubertEncoder.from_pretrained(ckpt).eval()
     with torch.no_grad():
         got = model.encode(xs, lens)[0]
@@ -137,42 +243,33 @@ def test_reload_pretrained_parameters_in_espnet_model_building_gives_the_avsr_en
         assert (got[i, :n] - want[i, :n]).abs().max() <= 1e-5
 
 
-def peaky_utterances(b, t, d, v, seed=0):
-    """Encoder outputs whose CTC posteriors (through the returned ``ctc_lo``) follow a random label path of
-    each utterance, so that hypotheses end well before the maximum length, as a trained model's do."""
-    g = torch.Generator().manual_seed(seed)
-    emb = torch.nn.functional.normalize(torch.randn(v, d, generator=g), dim=-1)
-    ctc_lo = torch.nn.Linear(d, v)
-    with torch.no_grad():
-        ctc_lo.weight.copy_(5.0 * emb)
-        ctc_lo.bias.zero_()
-    lens = torch.randint(t // 2, t + 1, (b,), generator=g)
-    mem = torch.zeros(b, t, d)
-    for i in range(b):
-        labels = torch.randint(1, v - 1, (int(lens[i]) // 3,), generator=g)
-        path = torch.zeros(int(lens[i]), dtype=torch.long)  # blank, label, label, blank, ...
-        path[1::3][: labels.numel()] = labels
-        path[2::3][: labels.numel()] = labels[: path[2::3].numel()]
-        mem[i, : lens[i]] = emb[path] + 0.3 * torch.randn(int(lens[i]), d, generator=g)
-    return mem, lens, ctc_lo
-
-
 @pytest.mark.parametrize("scoring", ["partial", "full"])
 @pytest.mark.parametrize("batch", [True, False])
 def test_espnet_pre_beam_gives_the_hypotheses_of_espnets_beam_search(scoring, batch):
-    from avsr.espnet.scorers import espnet_beam_search
+    from avsr.espnet.scorers import espnet_beam_search, peaky_utterances
 
     v, d, b, t = 40, 32, 12, 24
     torch.manual_seed(0)
-    dec = TransformerDecoder(v, d, dict(decoder_layers=2, decoder_embed_dim=d, decoder_ffn_embed_dim=64,
-                                        decoder_attention_heads=4)).eval()
+    dec = TransformerDecoder(
+        v, d, dict(decoder_layers=2, decoder_embed_dim=d, decoder_ffn_embed_dim=64, decoder_attention_heads=4)
+    ).eval()
     mem, lens, ctc_lo = peaky_utterances(b, t, d, v)
     logp = torch.log_softmax(ctc_lo(mem).float(), -1)
     pre_beam = "espnet" if batch else "espnet_nonbatch"
     cfg = DecodeConfig(beam_size=5, ctc_weight=0.5, penalty=0.2, ctc_scoring=scoring, pre_beam=pre_beam)
     ours = batch_beam_search(mem, lens, cfg, decoder=dec, ctc_logp=logp, sos=v - 1, eos=v - 1)
-    search = espnet_beam_search(dec, ctc_lo, v, v - 1, v - 1, beam_size=5, ctc_weight=0.5, penalty=0.2,
-                                full_ctc=scoring == "full", batch=batch)
+    search = espnet_beam_search(
+        dec,
+        ctc_lo,
+        v,
+        v - 1,
+        v - 1,
+        beam_size=5,
+        ctc_weight=0.5,
+        penalty=0.2,
+        full_ctc=scoring == "full",
+        batch=batch,
+    )
     ended = 0
     for i in range(b):
         with torch.no_grad():
@@ -181,7 +278,9 @@ def test_espnet_pre_beam_gives_the_hypotheses_of_espnets_beam_search(scoring, ba
         while tokens and tokens[-1] == v - 1:  # [..., eos, eos] where ESPnet adds eos at the maximum length
             tokens.pop()
         assert ours[i][0].tokens == tokens
-        if len(tokens) < int(lens[i]) - 1:  # ended on its own (at the maximum length ESPnet adds eos unscored)
+        if (
+            len(tokens) < int(lens[i]) - 1
+        ):  # ended on its own (at the maximum length ESPnet adds eos unscored)
             assert ours[i][0].score == pytest.approx(float(best.score), abs=1e-3)
             ended += 1
     assert ended >= 2 * b // 3, ended

@@ -9,7 +9,8 @@ recognition", Sec. III-B (one-pass rescoring with CTC prefix scores), organised 
 * one step extends all ``B * beam_size`` running hypotheses of all ``B`` utterances at once: the cached
   decoder scores the next token of every row, the CTC prefix scorer scores either all tokens (full
   scoring) or the ``int(pre_beam_ratio * beam_size)`` best tokens of the attention decoder plus ``eos``
-  (partial scoring; ``DecodeConfig.pre_beam`` chooses this pre-beam or ESPnet's exact one), and the ``beam_size`` best extensions per utterance are kept;
+  (partial scoring; ``DecodeConfig.pre_beam`` chooses this pre-beam or ESPnet's exact one), and the
+  ``beam_size`` best extensions per utterance are kept;
 * extensions ending in ``eos`` move to the utterance's ended hypotheses (the live beam shrinks for that
   step, as in ESPnet); an utterance stops when it has no live hypothesis, when it reaches its maximum
   length, or -- with ``maxlenratio == 0`` -- by ESPnet's ``end_detect`` (the best ended hypotheses of the
@@ -205,7 +206,8 @@ def _pre_beam_ids(att: Tensor, config: DecodeConfig, pre_beam: int, eos: int, bl
         (ESPnet's modes; the repeat must not be a second candidate), or None (``avsr``). With
         ``espnet_nonbatch`` the caller allows the last column only at the maximum length.
 
-    Source: ``BatchBeamSearch.search`` / ``BeamSearch.search`` of ESPnet (``espnet/nets/batch_beam_search.py``,
+    Source: ``BatchBeamSearch.search`` / ``BeamSearch.search`` of ESPnet
+    (``espnet/nets/batch_beam_search.py``,
     ``beam_search.py``): ``torch.topk(weighted_scores, pre_beam_size)`` over the whole vocabulary, where
     ``weighted_scores`` sums the weighted full scorers (decoder, then length bonus) in that order.
     """

@@ -4,7 +4,8 @@ Usage: as ESPnet's tool, plus ``--modality audiovisual|audio|video`` (the encode
 trained configuration's, ``audiovisual``)::
 
     python -m avsr.espnet.asr_inference --modality audio --asr_train_config exp/asr/config.yaml \\
-        --asr_model_file exp/asr/valid.acc.ave.pth --data_path_and_name_and_type dump/test/feats.scp,speech,npy \\
+        --asr_model_file exp/asr/valid.acc.ave.pth \\
+        --data_path_and_name_and_type dump/test/feats.scp,speech,npy \\
         --key_file dump/test/feats.scp --output_dir exp/asr/decode/test/audio/clean --beam_size 10 \\
         --ctc_weight 0.3 --batch_size 1
 

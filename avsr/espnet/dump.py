@@ -45,9 +45,18 @@ from avsr.features import SAMPLES_PER_FRAME, avhubert_audio_features
 __all__ = ["dump_utterance", "dump_datadir", "main"]
 
 
-def dump_utterance(utt_id: str, wav_path: str, video_path: str, out_path: str | os.PathLike,
-                   noise: NoiseSource | None = None, snr_db: Sequence[float] = (0.0,), noise_prob: float = 1.0,
-                   seed: int = 0, dtype: str = "float16", max_frame_diff: int = 2) -> int:
+def dump_utterance(
+    utt_id: str,
+    wav_path: str,
+    video_path: str,
+    out_path: str | os.PathLike,
+    noise: NoiseSource | None = None,
+    snr_db: Sequence[float] = (0.0,),
+    noise_prob: float = 1.0,
+    seed: int = 0,
+    dtype: str = "float16",
+    max_frame_diff: int = 2,
+) -> int:
     """Write one utterance's packed frames to ``out_path`` (``.npy``); returns its number of frames T.
 
     Args:
@@ -70,8 +79,10 @@ def dump_utterance(utt_id: str, wav_path: str, video_path: str, out_path: str | 
     video = read_video(video_path)
     t = int(video.shape[0])
     if abs(wav.numel() / SAMPLES_PER_FRAME - t) > max_frame_diff:
-        raise ValueError(f"utterance '{utt_id}': audio {wav_path} lasts {wav.numel() / SAMPLES_PER_FRAME:.1f} "
-                         f"frames but video {video_path} has {t}")
+        raise ValueError(
+            f"utterance '{utt_id}': audio {wav_path} lasts {wav.numel() / SAMPLES_PER_FRAME:.1f} "
+            f"frames but video {video_path} has {t}"
+        )
     if noise is not None:
         g = torch.Generator().manual_seed(stable_seed(seed, utt_id))
         if noise_prob >= 1.0 or float(torch.rand((), generator=g)) < noise_prob:
@@ -106,9 +117,16 @@ def _noise_source(path: str | None) -> NoiseSource | None:
     return _NOISE_CACHE[path]
 
 
-def dump_datadir(data: str | os.PathLike, out: str | os.PathLike, noise: str | os.PathLike | None = None,
-                 snr_db: Sequence[float] = (0.0,), noise_prob: float = 1.0, seed: int = 0,
-                 dtype: str = "float16", nj: int = 1) -> Path:
+def dump_datadir(
+    data: str | os.PathLike,
+    out: str | os.PathLike,
+    noise: str | os.PathLike | None = None,
+    snr_db: Sequence[float] = (0.0,),
+    noise_prob: float = 1.0,
+    seed: int = 0,
+    dtype: str = "float16",
+    nj: int = 1,
+) -> Path:
     """Dump every utterance of the data dir ``data`` into ``out`` (see the module docstring).
 
     Returns:
@@ -125,8 +143,19 @@ def dump_datadir(data: str | os.PathLike, out: str | os.PathLike, noise: str | o
     for u in utts:
         if not u.wav or not u.video:
             raise DataDirError(f"{data}: utterance '{u.utt_id}' needs both wav.scp and video.scp entries")
-        jobs.append((u.utt_id, u.wav, u.video, str(out / "data" / f"{u.utt_id}.npy"),
-                     str(noise) if noise is not None else None, list(snr_db), noise_prob, seed, dtype))
+        jobs.append(
+            (
+                u.utt_id,
+                u.wav,
+                u.video,
+                str(out / "data" / f"{u.utt_id}.npy"),
+                str(noise) if noise is not None else None,
+                list(snr_db),
+                noise_prob,
+                seed,
+                dtype,
+            )
+        )
     if nj > 1:
         with ProcessPoolExecutor(nj) as pool:
             frames = dict(pool.map(_job, jobs, chunksize=16))
@@ -160,8 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 <= args.noise_prob <= 1.0:
         p.error(f"--noise-prob must be in [0, 1], got {args.noise_prob}")
     try:
-        scp = dump_datadir(args.data, args.out, args.noise, args.snr_db, args.noise_prob, args.seed,
-                           args.dtype, args.nj)
+        scp = dump_datadir(
+            args.data, args.out, args.noise, args.snr_db, args.noise_prob, args.seed, args.dtype, args.nj
+        )
     except (DataDirError, MediaError, ValueError, OSError) as e:
         print(f"avsr.espnet.dump: error: {e}", file=sys.stderr)
         return 1

@@ -121,8 +121,10 @@ class AVHubertESPnetEncoder(_EncoderBase):
         except ValueError as e:
             raise ConfigError(str(e)) from e
         if self.roi_size < crop_size:
-            raise ConfigError(f"the {self.roi_size}x{self.roi_size} ROI of input_size {input_size} is smaller "
-                              f"than crop_size {crop_size}")
+            raise ConfigError(
+                f"the {self.roi_size}x{self.roi_size} ROI of input_size {input_size} is smaller "
+                f"than crop_size {crop_size}"
+            )
         self.input_size = int(input_size)
         self.crop_size = int(crop_size)
         self.modality = modality
@@ -164,8 +166,9 @@ class AVHubertESPnetEncoder(_EncoderBase):
         self._load(read_checkpoint(self.pretrained))
         logger.info("AV-HuBERT encoder weights reloaded from %s", self.pretrained)
 
-    def forward(self, xs_pad: torch.Tensor, ilens: torch.Tensor, prev_states: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, None]:
+    def forward(
+        self, xs_pad: torch.Tensor, ilens: torch.Tensor, prev_states: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, None]:
         """Encode a padded batch of packed frames (ESPnet ``AbsEncoder.forward``).
 
         Args:
@@ -181,7 +184,9 @@ class AVHubertESPnetEncoder(_EncoderBase):
             ValueError: ``D`` differs from ``input_size``; the wrapped encoder's input errors.
         """
         if xs_pad.dim() != 3 or xs_pad.shape[-1] != self.input_size:
-            raise ValueError(f"xs_pad must be (B, T, {self.input_size}) packed frames, got {tuple(xs_pad.shape)}")
+            raise ValueError(
+                f"xs_pad must be (B, T, {self.input_size}) packed frames, got {tuple(xs_pad.shape)}"
+            )
         audio, video = unpack_frames(xs_pad, self.avhubert.config.audio_feat_dim)
         if not self.training and self.modality == "video":
             audio = None

@@ -1,4 +1,4 @@
-"""The packed frame layout in which ESPnet hands audio-visual input to :class:`avsr.espnet.AVHubertESPnetEncoder`.
+"""The packed frame layout in which ESPnet hands audio-visual input to ``avsr.espnet.AVHubertESPnetEncoder``.
 
 ESPnet's data pipeline gives an encoder one float tensor ``xs_pad (B, T, D)`` with lengths ``ilens (B,)``.
 One packed frame of 25 Hz holds both modalities side by side::
@@ -39,7 +39,8 @@ def roi_side(input_size: int, audio_feat_dim: int = 104) -> int:
     side = math.isqrt(rest) if rest > 0 else 0
     if side < 1 or side * side != rest:
         raise ValueError(
-            f"input_size {input_size} is not audio_feat_dim ({audio_feat_dim}) + S*S for a square S x S mouth "
+            f"input_size {input_size} is not audio_feat_dim ({audio_feat_dim}) + S*S for a square S x S "
+            "mouth "
             "ROI: the packed layout is [audio features | flattened ROI] per frame (avsr.espnet.layout)"
         )
     return side
@@ -60,8 +61,9 @@ def pack_frames(audio: torch.Tensor, video: torch.Tensor, dtype: np.dtype = np.f
         ValueError: different frame counts, or a non-square ROI.
     """
     if audio.dim() != 2 or video.dim() != 3:
-        raise ValueError(f"audio must be (T, A) and video (T, S, S), got {tuple(audio.shape)} and "
-                         f"{tuple(video.shape)}")
+        raise ValueError(
+            f"audio must be (T, A) and video (T, S, S), got {tuple(audio.shape)} and {tuple(video.shape)}"
+        )
     if audio.shape[0] != video.shape[0]:
         raise ValueError(f"audio has {audio.shape[0]} frames and video {video.shape[0]}: both must be 25 Hz")
     if video.shape[1] != video.shape[2]:
@@ -94,8 +96,9 @@ def unpack_frames(xs_pad: torch.Tensor, audio_feat_dim: int = 104) -> tuple[torc
     return audio, video
 
 
-def crop_and_normalize(video: torch.Tensor, train: bool, crop_size: int = CROP_SIZE,
-                       generator: torch.Generator | None = None) -> torch.Tensor:
+def crop_and_normalize(
+    video: torch.Tensor, train: bool, crop_size: int = CROP_SIZE, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """Raw ROI frames ``(B, T, S, S)`` (0..255) -> the encoder's video input ``(B, 1, T, C, C)``.
 
     Each utterance is cropped as :func:`avsr.features.crop_video` does (``train``: one random position and a

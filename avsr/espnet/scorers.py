@@ -21,7 +21,7 @@ from torch import Tensor
 
 from avsr.nn.decoder import DecoderState, TransformerDecoder
 
-__all__ = ["DecoderScorer", "CTCHead", "espnet_beam_search"]
+__all__ = ["DecoderScorer", "CTCHead", "espnet_beam_search", "peaky_utterances"]
 
 
 class DecoderScorer(BatchScorerInterface):
@@ -63,22 +63,29 @@ class DecoderScorer(BatchScorerInterface):
         """
         n, length = ys.shape
         memory = xs[:1]
-        st: DecoderState = self.decoder.init_state(memory, torch.ones(memory.shape[:2], dtype=torch.bool,
-                                                                       device=xs.device), group=n)
+        st: DecoderState = self.decoder.init_state(
+            memory, torch.ones(memory.shape[:2], dtype=torch.bool, device=xs.device), group=n
+        )
         if states[0] is not None:
             st.self_k = [torch.cat([s[0][i] for s in states]) for i in range(len(st.self_k))]
             st.self_v = [torch.cat([s[1][i] for s in states]) for i in range(len(st.self_v))]
             st.length = length - 1
         logp, st = self.decoder.step(ys[:, -1], st)
         upto = st.length
-        new = [([k[j : j + 1, :, :upto].clone() for k in st.self_k],
-                [v[j : j + 1, :, :upto].clone() for v in st.self_v]) for j in range(n)]
+        new = [
+            (
+                [k[j : j + 1, :, :upto].clone() for k in st.self_k],
+                [v[j : j + 1, :, :upto].clone() for v in st.self_v],
+            )
+            for j in range(n)
+        ]
         return logp, new
 
 
 class CTCHead(torch.nn.Module):
     """The ``ctc`` object ESPnet's ``CTCPrefixScorer`` expects: ``log_softmax(x (B, T, D)) -> (B, T, V)``,
-    here ``log_softmax(ctc_lo(x).float())`` as ``avsr.models.AVSRModel`` computes its CTC log-probabilities."""
+    here ``log_softmax(ctc_lo(x).float())`` as ``avsr.models.AVSRModel`` computes its CTC
+    log-probabilities."""
 
     def __init__(self, ctc_lo: torch.nn.Linear) -> None:
         super().__init__()
@@ -89,9 +96,19 @@ class CTCHead(torch.nn.Module):
         return torch.log_softmax(self.ctc_lo(x).float(), dim=-1)
 
 
-def espnet_beam_search(decoder: TransformerDecoder | None, ctc_lo: torch.nn.Linear | None, vocab_size: int,
-                       sos: int, eos: int, beam_size: int = 10, ctc_weight: float = 0.3, penalty: float = 0.0,
-                       pre_beam_ratio: float = 1.5, full_ctc: bool = False, batch: bool = True) -> BeamSearch:
+def espnet_beam_search(
+    decoder: TransformerDecoder | None,
+    ctc_lo: torch.nn.Linear | None,
+    vocab_size: int,
+    sos: int,
+    eos: int,
+    beam_size: int = 10,
+    ctc_weight: float = 0.3,
+    penalty: float = 0.0,
+    pre_beam_ratio: float = 1.5,
+    full_ctc: bool = False,
+    batch: bool = True,
+) -> BeamSearch:
     """ESPnet's beam search over avsr's decoder and CTC head, set up as ``Speech2Text`` does.
 
     Args:
@@ -115,10 +132,39 @@ def espnet_beam_search(decoder: TransformerDecoder | None, ctc_lo: torch.nn.Line
     if full_ctc:
         pre_beam_ratio = vocab_size / beam_size + 1.0
     search = BeamSearch(
-        scorers=scorers, weights=weights, beam_size=beam_size, vocab_size=vocab_size, sos=sos, eos=eos,
-        token_list=None, pre_beam_ratio=pre_beam_ratio,
+        scorers=scorers,
+        weights=weights,
+        beam_size=beam_size,
+        vocab_size=vocab_size,
+        sos=sos,
+        eos=eos,
+        token_list=None,
+        pre_beam_ratio=pre_beam_ratio,
         pre_beam_score_key=None if ctc_weight == 1.0 else "full",
     )
     if batch:
         search.__class__ = BatchBeamSearch
     return search.eval()
+
+
+def peaky_utterances(b: int, t: int, d: int, v: int, seed: int = 0) -> tuple[Tensor, Tensor, torch.nn.Linear]:
+    """Synthetic encoder outputs for comparing searches without a trained model: ``(memory (b, t, d), lens
+    (b,), ctc_lo)``, whose CTC posteriors (through ``ctc_lo``, ``d -> v``) follow a random label path per
+    utterance (blank, label, label, blank, ...; labels in ``1 .. v - 2``), so that hypotheses end well before
+    the
+    maximum length, as a trained model's do. Lengths are drawn in ``[t // 2, t]``."""
+    g = torch.Generator().manual_seed(seed)
+    emb = torch.nn.functional.normalize(torch.randn(v, d, generator=g), dim=-1)
+    ctc_lo = torch.nn.Linear(d, v)
+    with torch.no_grad():
+        ctc_lo.weight.copy_(5.0 * emb)
+        ctc_lo.bias.zero_()
+    lens = torch.randint(t // 2, t + 1, (b,), generator=g)
+    mem = torch.zeros(b, t, d)
+    for i in range(b):
+        labels = torch.randint(1, v - 1, (int(lens[i]) // 3,), generator=g)
+        path = torch.zeros(int(lens[i]), dtype=torch.long)  # blank, label, label, blank, ...
+        path[1::3][: labels.numel()] = labels
+        path[2::3][: labels.numel()] = labels[: path[2::3].numel()]
+        mem[i, : lens[i]] = emb[path] + 0.3 * torch.randn(int(lens[i]), d, generator=g)
+    return mem, lens, ctc_lo

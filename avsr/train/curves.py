@@ -88,7 +88,9 @@ def plot_curves(records: list[Mapping[str, Any]], out_dir: str | os.PathLike) ->
         fig, ax = plt.subplots(figsize=(6, 4))
         drawn = False
         for part, key in curves:
-            points = [(rec["epoch"], (rec.get(part) or {}).get(key) if part else rec.get(key)) for rec in records]
+            points = [
+                (rec["epoch"], (rec.get(part) or {}).get(key) if part else rec.get(key)) for rec in records
+            ]
             points = [(e, v) for e, v in points if _finite(v)]
             if points:
                 ax.plot(*zip(*points), marker="o", label=part or key)

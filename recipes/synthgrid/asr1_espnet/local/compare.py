@@ -1,6 +1,7 @@
 """Write the recipe's RESULTS.md: ESPnet-trained WER beside avsr's own recipe on the same test set.
 
-Usage: ``local/compare.py --espnet exp/x/results.json --avsr ../avsr1/results.json --exp exp/x --out RESULTS.md``
+Usage: ``local/compare.py --espnet exp/x/results.json --avsr ../avsr1/results.json --exp exp/x
+--out RESULTS.md``
 
 Reads both ``results.json`` files (``avsr.bin.score``'s rows), the stage times of ``exp/x/stage_times.tsv``,
 the per-epoch ESPnet results of ``exp/x/logs/stage4.log`` and the training curves ESPnet drew in
@@ -22,7 +23,11 @@ def _key(row: dict) -> tuple:
 
 
 def _order(row: dict) -> tuple:
-    return row["noise"] != "clean", -(row["snr_db"] or 0), ["audio", "video", "audiovisual"].index(row["modality"])
+    return (
+        row["noise"] != "clean",
+        -(row["snr_db"] or 0),
+        ["audio", "video", "audiovisual"].index(row["modality"]),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,21 +38,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
     esp = json.loads(args.espnet.read_text(encoding="utf-8"))
-    ours = {_key(r): r for r in json.loads(args.avsr.read_text(encoding="utf-8")) if r.get("system") in
-            (None, "avsr_synthgrid_cpu")}
-    lines = ["# SynthGRID in ESPnet2 with avsr's AV-HuBERT encoder", "",
-             "WER (%) on the 200 test utterances of `../avsr1` (same corpus, same noisy audio), ESPnet's model "
-             "(`encoder: avsr_avhubert`, ESPnet's transformer decoder, CTC, trainer and `Speech2Text` "
-             "search) beside avsr's default recipe (`../avsr1/RESULTS.md`).", "",
-             "| noise | SNR (dB) | modality | ESPnet | avsr |", "|---|---:|---|---:|---:|"]
+    ours = {
+        _key(r): r
+        for r in json.loads(args.avsr.read_text(encoding="utf-8"))
+        if r.get("system") in (None, "avsr_synthgrid_cpu")
+    }
+    lines = [
+        "# SynthGRID in ESPnet2 with avsr's AV-HuBERT encoder",
+        "",
+        "WER (%) on the 200 test utterances of `../avsr1` (same corpus, same noisy audio), ESPnet's model "
+        "(`encoder: avsr_avhubert`, ESPnet's transformer decoder, CTC, trainer and `Speech2Text` "
+        "search) beside avsr's default recipe (`../avsr1/RESULTS.md`).",
+        "",
+        "| noise | SNR (dB) | modality | ESPnet | avsr |",
+        "|---|---:|---|---:|---:|",
+    ]
     for r in sorted(esp, key=_order):
         o = ours.get(_key(r))
         snr = "-" if r["snr_db"] is None else f"{r['snr_db']:g}"
-        lines.append(f"| {r['noise']} | {snr} | {r['modality']} | {r['wer']:.2f} | "
-                     f"{o['wer']:.2f} |" if o else f"| {r['noise']} | {snr} | {r['modality']} | {r['wer']:.2f} | - |")
+        lines.append(
+            f"| {r['noise']} | {snr} | {r['modality']} | {r['wer']:.2f} | {o['wer']:.2f} |"
+            if o
+            else f"| {r['noise']} | {snr} | {r['modality']} | {r['wer']:.2f} | - |"
+        )
     times = args.exp / "stage_times.tsv"
     if times.is_file():
-        names = {"1": "corpus", "2": "dump", "3": "collect_stats", "4": "training", "5": "decoding", "6": "scoring"}
+        names = {
+            "1": "corpus",
+            "2": "dump",
+            "3": "collect_stats",
+            "4": "training",
+            "5": "decoding",
+            "6": "scoring",
+        }
         rows = [line.split("\t") for line in times.read_text().split("\n") if line.strip()]
         lines += ["", "Stage times (s): " + ", ".join(f"{names.get(n, n)} {t}" for n, t in rows) + "."]
     log = args.exp / "logs" / "stage4.log"
@@ -63,11 +86,24 @@ def main(argv: list[str] | None = None) -> int:
         pngs = sorted(images.glob("*.png"))
         for png in pngs:
             shutil.copy2(png, dst / png.name)
-        lines += ["", "Training curves drawn by ESPnet's trainer (`exp/.../images/`, copied to `images/`):", ""]
-        lines += [f"![{png.stem}](images/{png.name})" for png in pngs if png.stem in ("loss", "acc", "cer_ctc", "optim0_lr0")]
+        lines += [
+            "",
+            "Training curves drawn by ESPnet's trainer (`exp/.../images/`, copied to `images/`):",
+            "",
+        ]
+        lines += [
+            f"![{png.stem}](images/{png.name})"
+            for png in pngs
+            if png.stem in ("loss", "acc", "cer_ctc", "optim0_lr0")
+        ]
     extra = args.espnet.parent / "RESULTS.md"
     if extra.is_file():
-        lines += ["", "## Scoring details (avsr.bin.score)", "", extra.read_text(encoding="utf-8").split("\n", 1)[1]]
+        lines += [
+            "",
+            "## Scoring details (avsr.bin.score)",
+            "",
+            extra.read_text(encoding="utf-8").split("\n", 1)[1],
+        ]
     args.out.write_text("\n".join(lines).rstrip() + "\n", encoding="utf-8")
     print(args.out)
     return 0

@@ -1,7 +1,8 @@
 """Decode dumped test conditions with ESPnet's Speech2Text, every input modality, in one process.
 
 Writes ``OUT/<modality>/<condition>/{hyp,ref}`` (Kaldi text files), the layout ``python -m avsr.bin.score``
-reads. The modality is the encoder's ``modality`` attribute (``avsr.espnet.AVHubertESPnetEncoder``); the search
+reads. The modality is the encoder's ``modality`` attribute (``avsr.espnet.AVHubertESPnetEncoder``); the
+search
 is the one ``Speech2Text`` builds (``BatchBeamSearch``), with the options of ``--decode-config``.
 
 Usage: ``local/decode.py --exp exp/x --model exp/x/valid.acc.ave.pth --decode-config conf/decode_asr.yaml
@@ -37,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     from espnet2.bin.asr_inference import Speech2Text
 
     opts = yaml.safe_load(args.decode_config.read_text(encoding="utf-8"))
-    s2t = Speech2Text(asr_train_config=args.exp / "config.yaml", asr_model_file=args.model, device="cpu", **opts)
+    s2t = Speech2Text(
+        asr_train_config=args.exp / "config.yaml", asr_model_file=args.model, device="cpu", **opts
+    )
     encoder = s2t.asr_model.encoder
     for cond in args.conditions:
         feats = read_kaldi_map(args.dump / cond / "feats.scp")
@@ -55,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
             out.mkdir(parents=True, exist_ok=True)
             write_kaldi_map(out / "ref", refs)
             write_kaldi_map(out / "hyp", hyps)
-            print(f"[decode] {modality} {cond}: {len(hyps)} utterances in {time.time() - t0:.1f} s", flush=True)
+            print(
+                f"[decode] {modality} {cond}: {len(hyps)} utterances in {time.time() - t0:.1f} s", flush=True
+            )
     return 0
 
 
