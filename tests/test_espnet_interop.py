@@ -244,9 +244,10 @@ def test_reload_pretrained_parameters_in_espnet_model_building_gives_the_avsr_en
 
 
 @pytest.mark.parametrize("scoring", ["partial", "full"])
-@pytest.mark.parametrize("batch", [True, False])
-def test_espnet_pre_beam_gives_the_hypotheses_of_espnets_beam_search(scoring, batch):
-    from avsr.espnet.scorers import espnet_beam_search, peaky_utterances
+@pytest.mark.parametrize("pre_beam", ["espnet", "espnet_nonbatch", "avsr"])
+def test_espnet_pre_beam_gives_the_hypotheses_of_espnets_beam_search(scoring, pre_beam):
+    """espnet: BatchBeamSearch; espnet_nonbatch: BeamSearch; avsr: BatchBeamSearch with use_avsr_pre_beam."""
+    from avsr.espnet.scorers import espnet_beam_search, peaky_utterances, use_avsr_pre_beam
 
     v, d, b, t = 40, 32, 12, 24
     torch.manual_seed(0)
@@ -255,7 +256,7 @@ def test_espnet_pre_beam_gives_the_hypotheses_of_espnets_beam_search(scoring, ba
     ).eval()
     mem, lens, ctc_lo = peaky_utterances(b, t, d, v)
     logp = torch.log_softmax(ctc_lo(mem).float(), -1)
-    pre_beam = "espnet" if batch else "espnet_nonbatch"
+    batch = pre_beam != "espnet_nonbatch"
     cfg = DecodeConfig(beam_size=5, ctc_weight=0.5, penalty=0.2, ctc_scoring=scoring, pre_beam=pre_beam)
     ours = batch_beam_search(mem, lens, cfg, decoder=dec, ctc_logp=logp, sos=v - 1, eos=v - 1)
     search = espnet_beam_search(
@@ -270,6 +271,8 @@ def test_espnet_pre_beam_gives_the_hypotheses_of_espnets_beam_search(scoring, ba
         full_ctc=scoring == "full",
         batch=batch,
     )
+    if pre_beam == "avsr" and scoring == "partial":
+        use_avsr_pre_beam(search, eos=v - 1)
     ended = 0
     for i in range(b):
         with torch.no_grad():

@@ -21,7 +21,14 @@ from torch import Tensor
 
 from avsr.nn.decoder import DecoderState, TransformerDecoder
 
-__all__ = ["DecoderScorer", "CTCHead", "espnet_beam_search", "peaky_utterances"]
+__all__ = [
+    "DecoderScorer",
+    "CTCHead",
+    "AvsrPreBeamScorer",
+    "use_avsr_pre_beam",
+    "espnet_beam_search",
+    "peaky_utterances",
+]
 
 
 class DecoderScorer(BatchScorerInterface):
@@ -168,3 +175,57 @@ def peaky_utterances(b: int, t: int, d: int, v: int, seed: int = 0) -> tuple[Ten
         path[2::3][: labels.numel()] = labels[: path[2::3].numel()]
         mem[i, : lens[i]] = emb[path] + 0.3 * torch.randn(int(lens[i]), d, generator=g)
     return mem, lens, ctc_lo
+
+
+class AvsrPreBeamScorer(BatchScorerInterface):
+    """A zero-weight full scorer that makes ESPnet's search rank its pre-beam as avsr's ``pre_beam: avsr``:
+    the decoder's scores with ``eos`` and blank pushed to ``-1e10`` (ESPnet's log-zero), used as
+    ``pre_beam_score_key``. ``eos`` keeps its CTC score in ``BatchBeamSearch`` whether or not it is in the
+    pre-beam, as in avsr. Wraps any ESPnet decoder scorer (it runs the decoder a second time).
+    """
+
+    def __init__(self, decoder: Any, eos: int, blank: int = 0) -> None:
+        self.decoder, self.eos, self.blank = decoder, eos, blank
+
+    def _mask(self, scores: Tensor) -> Tensor:
+        scores = scores.clone()
+        scores[..., [self.eos, self.blank]] = -1e10
+        return scores
+
+    def init_state(self, x: Tensor) -> Any:
+        """The wrapped decoder's initial state."""
+        return self.decoder.init_state(x)
+
+    def batch_init_state(self, x: Tensor) -> Any:
+        """The wrapped decoder's initial state."""
+        return self.decoder.batch_init_state(x)
+
+    def select_state(self, state: Any, i: int, new_id: int | None = None) -> Any:
+        """As the wrapped decoder."""
+        return self.decoder.select_state(state, i, new_id)
+
+    def score(self, y: Tensor, state: Any, x: Tensor) -> tuple[Tensor, Any]:
+        """The decoder's ``(V,)`` scores with eos and blank at -1e10, and its state."""
+        scores, state = self.decoder.score(y, state, x)
+        return self._mask(scores), state
+
+    def batch_score(self, ys: Tensor, states: list[Any], xs: Tensor) -> tuple[Tensor, list[Any]]:
+        """The decoder's ``(n, V)`` scores with eos and blank at -1e10, and its states."""
+        scores, states = self.decoder.batch_score(ys, states, xs)
+        return self._mask(scores), states
+
+
+def use_avsr_pre_beam(search: BeamSearch, eos: int, blank: int = 0) -> BeamSearch:
+    """Make an ESPnet search (e.g. ``Speech2Text(...).beam_search``) rank its pre-beam as avsr's default
+    ``pre_beam: avsr`` (:class:`AvsrPreBeamScorer` as its ``pre_beam_score_key``, weight 0); returns it.
+
+    Raises:
+        ValueError: the search has no ``decoder`` full scorer or does no pre-beam.
+    """
+    if "decoder" not in search.full_scorers or not search.do_pre_beam:
+        raise ValueError("the search needs a 'decoder' full scorer and a pre-beam (partial CTC scoring)")
+    scorer = AvsrPreBeamScorer(search.full_scorers["decoder"], eos, blank)
+    search.scorers["avsr_pre_beam"] = search.full_scorers["avsr_pre_beam"] = scorer
+    search.weights["avsr_pre_beam"] = 0.0
+    search.pre_beam_score_key = "avsr_pre_beam"
+    return search

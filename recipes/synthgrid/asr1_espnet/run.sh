@@ -6,12 +6,14 @@
 #   ./run.sh --stage 4             # from training on (re-running stage 4 resumes ESPnet's checkpoint)
 #   ./run.sh --snrs "0 -5"         # babble conditions decoded besides clean (default: 10 5 0 -5)
 #   ./run.sh --train-noise-prob 0.3 --max-epoch 8 --nj 2
+#   ./run.sh --pre-beam-modalities ""   # skip the second decoding with avsr's pre-beam ranking
 # Stages:
 #   1  corpus, data dirs, tokenizer: ../avsr1/run.sh --stop_stage 4 (shared with avsr's recipe: same test set)
 #   2  dump: python -m avsr.espnet.dump -> dump/{train,valid}, dump/test/{clean,babble_<snr>} (packed frames)
 #   3  ESPnet collect_stats (shape files)      python -m avsr.espnet.asr_train --collect_stats true
 #   4  ESPnet training                         python -m avsr.espnet.asr_train
-#   5  decoding with ESPnet's Speech2Text, {audio, video, audiovisual} x {clean, babble}   local/decode.py
+#   5  decoding with ESPnet's Speech2Text, {audio, video, audiovisual} x {clean, babble}   local/decode.py;
+#      again with the pre-beam ranked as avsr's default (pre_beam: avsr), for --pre-beam-modalities
 #   6  scoring: RESULTS.md + results.json (avsr.bin.score) and the comparison with ../avsr1   local/compare.py
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -27,6 +29,7 @@ train_config=conf/train_asr.yaml
 decode_config=conf/decode_asr.yaml
 snrs="10 5 0 -5"
 modalities="audio video audiovisual"
+pre_beam_modalities="audio audiovisual"
 train_noise_prob=0.3
 train_snrs="-5 0 5 10 20"
 max_epoch=""
@@ -35,7 +38,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --stage) stage="$2" ;; --stop_stage|--stop-stage) stop_stage="$2" ;; --nj) nj="$2" ;; --tag) tag="$2" ;;
     --train-config) train_config="$2" ;; --decode-config) decode_config="$2" ;; --snrs) snrs="$2" ;;
-    --modalities) modalities="$2" ;; --train-noise-prob) train_noise_prob="$2" ;; --max-epoch) max_epoch="$2" ;;
+    --modalities) modalities="$2" ;; --pre-beam-modalities) pre_beam_modalities="$2" ;; --train-noise-prob) train_noise_prob="$2" ;; --max-epoch) max_epoch="$2" ;;
     --python) python="$2" ;;
     *) echo "run.sh: unknown option $1" >&2; exit 1 ;;
   esac
@@ -117,12 +120,23 @@ stage5() {
   for snr in $snrs; do conds+=("babble_${snr}"); done
   "$python" local/decode.py --exp "${exp}" --model "${exp}/valid.acc.ave.pth" --decode-config "${decode_config}" \
     --dump dump/test --conditions "${conds[@]}" --modalities $modalities --out "${exp}/decode/test"
+  if [ -n "$pre_beam_modalities" ]; then
+    "$python" local/decode.py --exp "${exp}" --model "${exp}/valid.acc.ave.pth" --decode-config "${decode_config}" \
+      --dump dump/test --conditions "${conds[@]}" --modalities $pre_beam_modalities --pre-beam avsr \
+      --out "${exp}/decode_pre_beam_avsr/test"
+  fi
 }
 stage6() {
   "$python" -m avsr.bin.score --decode-dir "${exp}/decode" --out "${exp}" \
     --notes "ESPnet $("$python" -c 'import espnet; print(espnet.__version__)') (asr_train + Speech2Text)"
+  local pre_beam=()
+  if [ -d "${exp}/decode_pre_beam_avsr" ]; then
+    "$python" -m avsr.bin.score --system "pre_beam_espnet=${exp}/decode" \
+      --system "pre_beam_avsr=${exp}/decode_pre_beam_avsr" --out "${exp}/pre_beam" --title "Pre-beams compared"
+    pre_beam=(--pre-beam "${exp}/pre_beam/results.json")
+  fi
   "$python" local/compare.py --espnet "${exp}/results.json" --avsr "${avsr1}/results.json" \
-    --exp "${exp}" --out RESULTS.md
+    --exp "${exp}" --out RESULTS.md "${pre_beam[@]}"
 }
 
 for n in 1 2 3 4 5 6; do

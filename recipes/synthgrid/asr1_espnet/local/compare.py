@@ -36,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--avsr", required=True, type=Path)
     p.add_argument("--exp", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument(
+        "--pre-beam",
+        type=Path,
+        default=None,
+        help="results.json of the pre_beam_espnet / pre_beam_avsr decodings (avsr.bin.score)",
+    )
     args = p.parse_args(argv)
     esp = json.loads(args.espnet.read_text(encoding="utf-8"))
     ours = {
@@ -61,6 +67,24 @@ def main(argv: list[str] | None = None) -> int:
             if o
             else f"| {r['noise']} | {snr} | {r['modality']} | {r['wer']:.2f} | - |"
         )
+    if args.pre_beam is not None and args.pre_beam.is_file():
+        rows = json.loads(args.pre_beam.read_text(encoding="utf-8"))
+        by = {(r["system"], *_key(r)): r for r in rows}
+        lines += [
+            "",
+            "## The pre-beam: ESPnet's ranking and avsr's on this model",
+            "",
+            "The same ESPnet model and `Speech2Text` search, with the pre-beam of partial CTC scoring "
+            "ranked as ESPnet does (`pre_beam: espnet`) and as avsr's default (`pre_beam: avsr`, through "
+            "`avsr.espnet.scorers.use_avsr_pre_beam`), WER %:",
+            "",
+            "| noise | SNR (dB) | modality | pre_beam espnet | pre_beam avsr |",
+            "|---|---:|---|---:|---:|",
+        ]
+        for r in sorted((r for r in rows if r["system"] == "pre_beam_avsr"), key=_order):
+            e = by.get(("pre_beam_espnet", *_key(r)))
+            snr = "-" if r["snr_db"] is None else f"{r['snr_db']:g}"
+            lines.append(f"| {r['noise']} | {snr} | {r['modality']} | {e['wer']:.2f} | {r['wer']:.2f} |")
     times = args.exp / "stage_times.tsv"
     if times.is_file():
         names = {

@@ -33,6 +33,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conditions", nargs="+", required=True)
     p.add_argument("--modalities", nargs="+", default=["audio", "video", "audiovisual"])
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument(
+        "--pre-beam",
+        choices=["espnet", "avsr"],
+        default="espnet",
+        help="espnet: Speech2Text's own search; avsr: its pre-beam ranked as avsr's default "
+        "(avsr.espnet.scorers.use_avsr_pre_beam), to compare the two on a trained model",
+    )
     args = p.parse_args(argv)
     register()
     from espnet2.bin.asr_inference import Speech2Text
@@ -42,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         asr_train_config=args.exp / "config.yaml", asr_model_file=args.model, device="cpu", **opts
     )
     encoder = s2t.asr_model.encoder
+    if args.pre_beam == "avsr":
+        from avsr.espnet.scorers import use_avsr_pre_beam
+
+        use_avsr_pre_beam(s2t.beam_search, eos=s2t.asr_model.eos, blank=s2t.asr_model.blank_id)
     for cond in args.conditions:
         feats = read_kaldi_map(args.dump / cond / "feats.scp")
         refs = read_kaldi_map(args.dump / cond / "text")
