@@ -24,6 +24,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ from avsr.espnet.scorers import espnet_beam_search, peaky_utterances  # noqa: E4
 from avsr.nn.decoder import TransformerDecoder  # noqa: E402
 
 
-def espnet_tokens(search, mem: torch.Tensor, lens: torch.Tensor, eos: int) -> list[list[int]]:
+def espnet_tokens(search: Any, mem: torch.Tensor, lens: torch.Tensor, eos: int) -> list[list[int]]:
     """ESPnet's best hypothesis per utterance (token ids without sos/eos), one utterance at a time."""
     out = []
     with torch.no_grad():
@@ -46,7 +47,8 @@ def espnet_tokens(search, mem: torch.Tensor, lens: torch.Tensor, eos: int) -> li
     return out
 
 
-def avsr_tokens(mem, lens, cfg, dec, logp, eos, batched: bool) -> list[list[int]]:
+def avsr_tokens(mem: torch.Tensor, lens: torch.Tensor, cfg: DecodeConfig, dec: TransformerDecoder,
+                logp: torch.Tensor, eos: int, batched: bool) -> list[list[int]]:
     """avsr's best hypothesis per utterance, all at once (``batched``) or one at a time."""
     if batched:
         hyps = batch_beam_search(mem, lens, cfg, decoder=dec, ctc_logp=logp, sos=eos, eos=eos)
@@ -67,7 +69,7 @@ def avsr_tokens(mem, lens, cfg, dec, logp, eos, batched: bool) -> list[list[int]
     return out
 
 
-def timed(fn, *args, **kwargs):
+def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     """``(fn(*args, **kwargs), wall seconds)``."""
     t0 = time.perf_counter()
     result = fn(*args, **kwargs)
@@ -75,6 +77,7 @@ def timed(fn, *args, **kwargs):
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Command-line entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--utts", type=int, default=64)
     p.add_argument("--beam", type=int, default=10)

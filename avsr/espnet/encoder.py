@@ -70,7 +70,8 @@ class AVHubertESPnetEncoder(_EncoderBase):
         pretrained: an avsr checkpoint (``AVSRModel``, pretraining model, or ``avsr-convert`` encoder) or an
             official AV-HuBERT checkpoint (pretrained ``*_iter5.pt`` or fine-tuned); its architecture is the
             base configuration (under ``model`` and the keyword options) and its weights are loaded now and
-            again by :meth:`reload_pretrained_parameters`.
+            again by :meth:`reload_pretrained_parameters` (ESPnet rebuilds the model from its ``config.yaml``
+            when decoding, so the file must exist there too; the trained weights then replace these).
         modality: the input used outside training: ``audiovisual``, ``audio`` (video fed as zeros after
             its front-end, as AV-HuBERT) or ``video``; in training both are given and the encoder's modality
             dropout decides. Can be changed later (``encoder.modality = "audio"``, or ``--modality`` of

@@ -104,6 +104,8 @@ sampler = build_batch_sampler(cfg["batch_type"], cfg.get("batch_size", 1), cfg["
                               [f"{exp}/stats/train/speech_shape", f"{exp}/stats/train/text_shape"])
 steps = len(sampler) * cfg["max_epoch"] // cfg.get("accum_grad", 1)
 cfg["scheduler_conf"]["first_cycle_steps"] = steps
+# a short run (--max-epoch) keeps 3/4 of it for the decay
+cfg["scheduler_conf"]["warmup_steps"] = min(cfg["scheduler_conf"]["warmup_steps"], steps // 4)
 with open(f"{exp}/train_asr.yaml", "w", encoding="utf-8") as f:
     f.write(f"# {config} with first_cycle_steps = {cfg['max_epoch']} epochs x {len(sampler)} batches\n")
     yaml.safe_dump(cfg, f, sort_keys=False)
