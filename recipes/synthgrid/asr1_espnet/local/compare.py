@@ -52,21 +52,19 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# SynthGRID in ESPnet2 with avsr's AV-HuBERT encoder",
         "",
-        "WER (%) on the 200 test utterances of `../avsr1` (same corpus, same noisy audio), ESPnet's model "
+        "WER (%) on the test utterances of `../avsr1` (same corpus, same noisy audio), ESPnet's model "
         "(`encoder: avsr_avhubert`, ESPnet's transformer decoder, CTC, trainer and `Speech2Text` "
         "search) beside avsr's default recipe (`../avsr1/RESULTS.md`).",
         "",
-        "| noise | SNR (dB) | modality | ESPnet | avsr |",
-        "|---|---:|---|---:|---:|",
+        "| noise | SNR (dB) | modality | ESPnet | (utterances) | avsr | (utterances) |",
+        "|---|---:|---|---:|---:|---:|---:|",
     ]
     for r in sorted(esp, key=_order):
         o = ours.get(_key(r))
         snr = "-" if r["snr_db"] is None else f"{r['snr_db']:g}"
-        lines.append(
-            f"| {r['noise']} | {snr} | {r['modality']} | {r['wer']:.2f} | {o['wer']:.2f} |"
-            if o
-            else f"| {r['noise']} | {snr} | {r['modality']} | {r['wer']:.2f} | - |"
-        )
+        theirs = f"{o['wer']:.2f} | {o['num_utts']}" if o else "- | -"
+        head = f"| {r['noise']} | {snr} | {r['modality']}"
+        lines.append(f"{head} | {r['wer']:.2f} | {r['num_utts']} | {theirs} |")
     if args.pre_beam is not None and args.pre_beam.is_file():
         rows = json.loads(args.pre_beam.read_text(encoding="utf-8"))
         by = {(r["system"], *_key(r)): r for r in rows}
@@ -78,13 +76,14 @@ def main(argv: list[str] | None = None) -> int:
             "ranked as ESPnet does (`pre_beam: espnet`) and as avsr's default (`pre_beam: avsr`, through "
             "`avsr.espnet.scorers.use_avsr_pre_beam`), WER %:",
             "",
-            "| noise | SNR (dB) | modality | pre_beam espnet | pre_beam avsr |",
-            "|---|---:|---|---:|---:|",
+            "| noise | SNR (dB) | modality | pre_beam espnet | pre_beam avsr | utterances |",
+            "|---|---:|---|---:|---:|---:|",
         ]
         for r in sorted((r for r in rows if r["system"] == "pre_beam_avsr"), key=_order):
             e = by.get(("pre_beam_espnet", *_key(r)))
             snr = "-" if r["snr_db"] is None else f"{r['snr_db']:g}"
-            lines.append(f"| {r['noise']} | {snr} | {r['modality']} | {e['wer']:.2f} | {r['wer']:.2f} |")
+            head = f"| {r['noise']} | {snr} | {r['modality']}"
+            lines.append(f"{head} | {e['wer']:.2f} | {r['wer']:.2f} | {r['num_utts']} |")
     times = args.exp / "stage_times.tsv"
     if times.is_file():
         names = {

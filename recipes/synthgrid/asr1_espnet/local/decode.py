@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conditions", nargs="+", required=True)
     p.add_argument("--modalities", nargs="+", default=["audio", "video", "audiovisual"])
     p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--num-utts", type=int, default=None,
+                   help="decode only the first N utterances (sorted ids) of each condition: a quick subset")
     p.add_argument(
         "--pre-beam",
         choices=["espnet", "avsr"],
@@ -55,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         use_avsr_pre_beam(s2t.beam_search, eos=s2t.asr_model.eos, blank=s2t.asr_model.blank_id)
     for cond in args.conditions:
         feats = read_kaldi_map(args.dump / cond / "feats.scp")
-        refs = read_kaldi_map(args.dump / cond / "text")
+        if args.num_utts is not None:
+            feats = dict(sorted(feats.items())[: args.num_utts])
+        refs = {k: v for k, v in read_kaldi_map(args.dump / cond / "text").items() if k in feats}
         for modality in args.modalities:
             out = args.out / modality / cond
             if (out / "hyp").is_file():
