@@ -7,6 +7,8 @@
 #   ./run.sh --snrs "0 -5"         # babble conditions decoded besides clean (default: 10 5 0 -5)
 #   ./run.sh --train-noise-prob 0.3 --max-epoch 8 --nj 2
 #   ./run.sh --pre-beam-modalities ""   # skip the second decoding with avsr's pre-beam ranking
+#   ./run.sh --stage 4 --max-epoch 1 --snrs "" --num-utts 40 --pre-beam-modalities audiovisual
+#                                       # the cut-down run of RESULTS.md (first 40 test utterances, clean)
 # Stages:
 #   1  corpus, data dirs, tokenizer: ../avsr1/run.sh --stop_stage 4 (shared with avsr's recipe: same test set)
 #   2  dump: python -m avsr.espnet.dump -> dump/{train,valid}, dump/test/{clean,babble_<snr>} (packed frames)
@@ -33,13 +35,14 @@ pre_beam_modalities="audio audiovisual"
 train_noise_prob=0.3
 train_snrs="-5 0 5 10 20"
 max_epoch=""
+num_utts=""
 avsr1=../avsr1
 while [ $# -gt 0 ]; do
   case "$1" in
     --stage) stage="$2" ;; --stop_stage|--stop-stage) stop_stage="$2" ;; --nj) nj="$2" ;; --tag) tag="$2" ;;
     --train-config) train_config="$2" ;; --decode-config) decode_config="$2" ;; --snrs) snrs="$2" ;;
     --modalities) modalities="$2" ;; --pre-beam-modalities) pre_beam_modalities="$2" ;; --train-noise-prob) train_noise_prob="$2" ;; --max-epoch) max_epoch="$2" ;;
-    --python) python="$2" ;;
+    --python) python="$2" ;; --num-utts) num_utts="$2" ;;
     *) echo "run.sh: unknown option $1" >&2; exit 1 ;;
   esac
   shift 2
@@ -118,13 +121,14 @@ PY
 
 }
 stage5() {
-  local conds=(clean)
+  local conds=(clean) subset=()
+  [ -n "$num_utts" ] && subset=(--num-utts "$num_utts")
   for snr in $snrs; do conds+=("babble_${snr}"); done
   "$python" local/decode.py --exp "${exp}" --model "${exp}/valid.acc.ave.pth" --decode-config "${decode_config}" \
-    --dump dump/test --conditions "${conds[@]}" --modalities $modalities --out "${exp}/decode/test"
+    --dump dump/test --conditions "${conds[@]}" --modalities $modalities --out "${exp}/decode/test" "${subset[@]}"
   if [ -n "$pre_beam_modalities" ]; then
     "$python" local/decode.py --exp "${exp}" --model "${exp}/valid.acc.ave.pth" --decode-config "${decode_config}" \
-      --dump dump/test --conditions "${conds[@]}" --modalities $pre_beam_modalities --pre-beam avsr \
+      --dump dump/test --conditions "${conds[@]}" --modalities $pre_beam_modalities --pre-beam avsr "${subset[@]}" \
       --out "${exp}/decode_pre_beam_avsr/test"
   fi
 }
