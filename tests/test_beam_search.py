@@ -425,3 +425,104 @@ def test_precomputed_video_features_decode_as_the_video_itself():
         model.encode(audios[0], None, lens, video_features=feats[:, :3])
     with pytest.raises(ValueError, match="do not fit the audio"):
         model.encode(audios[0][:, :, :4], None, lens.clamp(max=4), video_features=feats)
+
+
+# --- the pre-beam of partial CTC scoring: avsr's and ESPnet's exact ones (DecodeConfig.pre_beam) ---
+
+
+def test_pre_beam_ids_rank_the_whole_vocabulary_as_espnet():
+    from avsr.decode.beam_search import _pre_beam_ids
+
+    eos = 7
+    # row 0: blank and eos are the two best tokens; row 1: eos is ranked 5th, blank last
+    att = torch.log_softmax(torch.tensor([[9.0, 1, 2, 3, 4, 5, 6, 8], [0.0, 8, 7, 6, 5, 1, 2, 4]]), -1)
+    ours, extra = _pre_beam_ids(att, DecodeConfig(pre_beam="avsr"), 3, eos, BLANK)
+    assert extra is None
+    assert ours.tolist() == [[6, 5, 4, eos], [1, 2, 3, eos]]
+    cfg = DecodeConfig(pre_beam="espnet", ctc_weight=0.3, penalty=0.5)
+    esp, extra = _pre_beam_ids(att, cfg, 3, eos, BLANK)
+    assert esp.tolist() == [[BLANK, eos, 6, eos], [1, 2, 3, eos]]  # eos always appended (CTCPrefixScoreTH)
+    assert extra.tolist() == [True, False]  # ... but not a second candidate where the pre-beam has it
+    nonbatch, extra = _pre_beam_ids(att, DecodeConfig(pre_beam="espnet_nonbatch"), 3, eos, BLANK)
+    assert nonbatch.tolist() == esp.tolist() and extra.tolist() == [True, False]  # last column: maxlen only
+
+
+@torch.no_grad()
+def espnet_style_search(dec, mem, logp, cfg, maxlen, v):
+    """Reference: ESPnet's (Batch)BeamSearch step by step in plain Python for one utterance, with exact CTC
+    prefix probabilities from enumerating the alignments (no vectorisation, no caches)."""
+    eos, sos, w, k = v - 1, v - 1, cfg.ctc_weight, cfg.beam_size
+    prefix_p, full_p = brute_force(logp[0], logp.size(1))
+    pre = int(cfg.pre_beam_ratio * k)
+
+    def log(x):
+        return math.log(x) if x > 0 else -math.inf
+
+    running, ended = [([], 0.0)], []
+    for i in range(maxlen + 1):
+        cands = []
+        for y, s in running:
+            mask = torch.ones(1, mem.size(1), dtype=bool)
+            att = torch.log_softmax(dec(torch.tensor([[sos] + y]), mem, mask)[0, -1], -1)
+            ranked = ((1 - w) * att + cfg.penalty).topk(pre).indices.tolist()
+            allowed = set(ranked) | ({eos} if cfg.pre_beam == "espnet" or i == maxlen else set())
+            for c in sorted(allowed - {BLANK}):
+                if i == maxlen and c != eos:
+                    continue  # avsr's rule at the maximum length: only eos
+                new = full_p(y) if c == eos else prefix_p(y + [c])
+                ctc = log(new) - log(prefix_p(y)) if y else log(new)
+                if math.isfinite(ctc):  # an impossible prefix is no candidate (ESPnet: score -1e10)
+                    cands.append((s + (1 - w) * float(att[c]) + w * ctc + cfg.penalty, y + [c]))
+        best = sorted(cands, key=lambda x: -x[0])[:k]
+        ended += [(s, y[:-1]) for s, y in best if y[-1] == eos]
+        running = [(y, s) for s, y in best if y[-1] != eos]
+        if not running:
+            break
+    return sorted(ended, key=lambda x: -x[0])
+
+
+@pytest.mark.parametrize("pre_beam", ["espnet", "espnet_nonbatch"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_espnet_pre_beam_search_equals_a_plain_reference(pre_beam, seed):
+    v, d, t, maxlen = 6, 12, 5, 4
+    dec = make_decoder(v, d, seed=seed, eos_boost=1.5)
+    torch.manual_seed(100 + seed)
+    mem = torch.randn(1, t, d)
+    logits = torch.randn(1, t, v) * 2
+    logits[..., BLANK] += 1.0
+    logp = torch.log_softmax(logits, -1)
+    cfg = DecodeConfig(beam_size=2, ctc_weight=0.4, penalty=0.1, pre_beam_ratio=1.5, maxlenratio=-maxlen,
+                       nbest=2, pre_beam=pre_beam)  # pre-beam of 3 of 6 tokens
+    hyps = batch_beam_search(mem, torch.tensor([t]), cfg, decoder=dec, ctc_logp=logp, sos=v - 1, eos=v - 1)[0]
+    ref = espnet_style_search(dec, mem, logp, cfg, maxlen, v)[:2]
+    assert [h.tokens for h in hyps] == [y for _, y in ref]
+    assert [h.score for h in hyps] == pytest.approx([s for s, _ in ref], abs=1e-3)
+
+
+def test_pre_beams_differ_where_blank_or_eos_rank_high_and_agree_without_pre_beam():
+    v, d, b, t = 10, 12, 6, 8
+    dec = make_decoder(v, d, seed=4, eos_boost=2.5)
+    torch.manual_seed(9)
+    mem = torch.randn(b, t, d)
+    lens = torch.full((b,), t)
+    logp = torch.log_softmax(torch.randn(b, t, v) * 2, -1)
+    kw = dict(decoder=dec, ctc_logp=logp, sos=v - 1, eos=v - 1)
+    with torch.no_grad():  # blank scores like eos: both take pre-beam slots in ESPnet's ranking
+        dec.output_projection.weight[BLANK] = dec.output_projection.weight[v - 1]
+    results = {}
+    for pre_beam in ("avsr", "espnet", "espnet_nonbatch"):
+        partial = DecodeConfig(beam_size=2, ctc_weight=0.3, pre_beam_ratio=1.0, nbest=2, pre_beam=pre_beam)
+        full = DecodeConfig(beam_size=2, ctc_weight=0.3, ctc_scoring="full", nbest=2, pre_beam=pre_beam)
+        results[pre_beam] = [[h.tokens for h in u] for u in batch_beam_search(mem, lens, partial, **kw)]
+        results[pre_beam, "full"] = [[h.tokens for h in u] for u in batch_beam_search(mem, lens, full, **kw)]
+    assert results["avsr", "full"] == results["espnet", "full"] == results["espnet_nonbatch", "full"]
+    assert results["avsr"] != results["espnet"]  # the blank slot leaves ESPnet one candidate fewer
+
+
+def test_pre_beam_option_is_checked_and_read_from_yaml(tmp_path):
+    with pytest.raises(ValueError, match="pre_beam"):
+        DecodeConfig(pre_beam="fairseq")
+    path = tmp_path / "d.yaml"
+    path.write_text("pre_beam: espnet\nbeam_size: 4\n")
+    assert load_decode_config(path).pre_beam == "espnet"
+    assert load_decode_config("conf/decode/default.yaml").pre_beam == "avsr"

@@ -9,7 +9,8 @@ recognition", Sec. III-B (one-pass rescoring with CTC prefix scores), organised 
 * one step extends all ``B * beam_size`` running hypotheses of all ``B`` utterances at once: the cached
   decoder scores the next token of every row, the CTC prefix scorer scores either all tokens (full
   scoring) or the ``int(pre_beam_ratio * beam_size)`` best tokens of the attention decoder plus ``eos``
-  (partial scoring, ESPnet's pre-beam), and the ``beam_size`` best extensions per utterance are kept;
+  (partial scoring; ``DecodeConfig.pre_beam`` chooses this pre-beam or ESPnet's exact one), and the
+  ``beam_size`` best extensions per utterance are kept;
 * extensions ending in ``eos`` move to the utterance's ended hypotheses (the live beam shrinks for that
   step, as in ESPnet); an utterance stops when it has no live hypothesis, when it reaches its maximum
   length, or -- with ``maxlenratio == 0`` -- by ESPnet's ``end_detect`` (the best ended hypotheses of the
@@ -19,7 +20,8 @@ recognition", Sec. III-B (one-pass rescoring with CTC prefix scores), organised 
 Differences from ESPnet, all documented on :class:`DecodeConfig`: a hypothesis that reaches the maximum
 length gets the score of ``eos`` (ESPnet appends ``eos`` unscored); hypotheses shorter than the minimum
 length cannot take ``eos`` (ESPnet drops them after the fact); blank is never emitted, even with
-``ctc_weight == 0``; partial scoring always scores ``eos`` too.
+``ctc_weight == 0``; partial scoring always scores ``eos`` too and keeps ``eos`` and blank out of the
+pre-beam (unless ``pre_beam`` is ``espnet`` or ``espnet_nonbatch``).
 """
 
 from __future__ import annotations
@@ -45,12 +47,14 @@ NEG_INF = float("-inf")
 #: the fields of :class:`DecodeConfig` each search reads (besides ``search``).
 SEARCH_FIELDS: dict[str, tuple[str, ...]] = {
     "espnet": ("beam_size", "ctc_weight", "penalty", "maxlenratio", "minlenratio", "nbest", "ctc_scoring",
-               "pre_beam_ratio"),
+               "pre_beam_ratio", "pre_beam"),
     "fairseq": ("beam_size", "ctc_weight", "nbest", "lenpen", "max_len_a", "max_len_b", "min_len", "unkpen",
                 "normalize_scores"),
 }
 END_DETECT_M = 3  # ESPnet end_detect: number of recent lengths checked
 END_DETECT_D = -10.0  # ESPnet end_detect: log(1 * exp(-10))
+#: values of ``DecodeConfig.pre_beam``.
+PRE_BEAMS = ("avsr", "espnet", "espnet_nonbatch")
 
 
 @dataclass
@@ -69,6 +73,26 @@ class DecodeConfig:
         ctc_scoring: "partial" (CTC scores the pre-beam of the attention decoder, plus eos) or "full"
             (the whole vocabulary). CTC-only decoding always scores the whole vocabulary.
         pre_beam_ratio: pre-beam size = ``int(pre_beam_ratio * beam_size)`` for partial scoring.
+        pre_beam: how partial scoring picks the tokens that CTC scores, from the attention scores of each
+            running hypothesis:
+
+            * ``avsr`` (default): the ``pre_beam`` best tokens other than ``eos`` and blank, plus ``eos``
+              (so every hypothesis can always end, and no pre-beam slot goes to blank, which is never
+              emitted);
+            * ``espnet``: as ESPnet's ``BatchBeamSearch`` (the search of ``Speech2Text`` and
+              ``asr_inference``): the ``pre_beam`` best of the whole vocabulary ranked by ESPnet's
+              weighted full scores ``(1 - ctc_weight) * att + penalty`` -- ``eos`` and blank included, so
+              they can take pre-beam slots -- and ``eos`` always (ESPnet's ``CTCPrefixScoreTH`` gives
+              ``eos`` its CTC score whether or not it is in the pre-beam); blank is refused (ESPnet scores
+              it ``-1e10``);
+            * ``espnet_nonbatch``: as ESPnet's ``BeamSearch`` (the class ESPnet falls back to when a
+              scorer has no batch interface): the same pre-beam, and ``eos`` is a candidate only when it
+              is in the pre-beam -- or at the maximum length, where only ``eos`` is (ESPnet appends it
+              there unscored, avsr scores it, as in every mode).
+
+            With the same weights and settings, ``espnet`` and ``espnet_nonbatch`` give the hypotheses of
+            ESPnet's two classes (``benchmarks/bench_vs_espnet.py`` checks this against the installed
+            ESPnet). Full scoring and CTC-only or attention-only search do not use a pre-beam.
         search: ``espnet`` (the joint CTC/attention search above, with the options so far) or ``fairseq``
             (fairseq's ``SequenceGenerator`` as AV-HuBERT decodes: attention only, so ``ctc_weight`` must be
             0; see :mod:`avsr.decode.fairseq_search`), which uses ``beam_size``, ``nbest`` and:
@@ -91,6 +115,7 @@ class DecodeConfig:
     nbest: int = 1
     ctc_scoring: str = "partial"
     pre_beam_ratio: float = 1.5
+    pre_beam: str = "avsr"
     search: str = "espnet"
     lenpen: float = 1.0
     max_len_a: float = 0.0
@@ -112,6 +137,8 @@ class DecodeConfig:
             raise ValueError(f"ctc_scoring must be 'partial' or 'full', got {self.ctc_scoring!r}")
         if self.pre_beam_ratio <= 0:
             raise ValueError(f"pre_beam_ratio must be > 0, got {self.pre_beam_ratio}")
+        if self.pre_beam not in PRE_BEAMS:
+            raise ValueError(f"pre_beam must be one of {PRE_BEAMS}, got {self.pre_beam!r}")
         if self.search not in ("espnet", "fairseq"):
             raise ValueError(f"search must be 'espnet' or 'fairseq', got {self.search!r}")
         if self.search == "fairseq" and self.ctc_weight != 0:
@@ -192,6 +219,41 @@ def _end_detect(best_by_len: Tensor, i: int) -> Tensor:
     return count == END_DETECT_M
 
 
+def _pre_beam_ids(att: Tensor, config: DecodeConfig, pre_beam: int, eos: int, blank: int
+                  ) -> tuple[Tensor, Tensor | None]:
+    """The token ids that CTC scores in partial scoring, per running hypothesis (``config.pre_beam``).
+
+    Args:
+        att: ``(N, V)`` float attention log-probabilities of the next token of each running hypothesis.
+        config: search options (``pre_beam``, ``ctc_weight``, ``penalty``).
+        pre_beam: pre-beam size ``int(pre_beam_ratio * beam_size)``, ``< V - 1``.
+        eos, blank: token ids.
+
+    Returns:
+        ``(ids, extra_eos)``: ``ids`` ``(N, pre_beam + 1)`` int64 with ``eos`` in the last column;
+        ``extra_eos`` ``(N,)`` bool, True where that last column repeats an ``eos`` already in the pre-beam
+        (ESPnet's modes; the repeat must not be a second candidate), or None (``avsr``). With
+        ``espnet_nonbatch`` the caller allows the last column only at the maximum length.
+
+    Source: ``BatchBeamSearch.search`` / ``BeamSearch.search`` of ESPnet
+    (``espnet/nets/batch_beam_search.py``,
+    ``beam_search.py``): ``torch.topk(weighted_scores, pre_beam_size)`` over the whole vocabulary, where
+    ``weighted_scores`` sums the weighted full scorers (decoder, then length bonus) in that order.
+    """
+    n = att.size(0)
+    if config.pre_beam == "avsr":
+        vocab = torch.arange(att.size(1), device=att.device)
+        ids = att.masked_fill((vocab == eos) | (vocab == blank), NEG_INF).topk(pre_beam).indices
+        return torch.cat([ids, ids.new_full((n, 1), eos)], dim=1), None
+    # ESPnet's pre-beam score: 0 + (1 - ctc_weight) * att, + penalty * 1 -- the same float32 operations, so
+    # that ties (and hence topk's choice) fall as in ESPnet
+    weighted = torch.zeros_like(att)
+    weighted += (1.0 - config.ctc_weight) * att
+    weighted += config.penalty * torch.ones_like(att)
+    ids = weighted.topk(pre_beam).indices
+    return torch.cat([ids, ids.new_full((n, 1), eos)], dim=1), (ids == eos).any(dim=1)
+
+
 @torch.no_grad()
 def batch_beam_search(
     memory: Tensor,
@@ -256,7 +318,9 @@ def batch_beam_search(
     lens = memory_lens.to(device, torch.long)
     maxlen, minlen = _max_min_lengths(lens, config)
     pre_beam = int(config.pre_beam_ratio * k)
-    partial = use_att and use_ctc and config.ctc_scoring == "partial" and pre_beam < vocab - 1
+    # ESPnet pre-beams while pre_beam < V; ours leaves out eos and blank, so it needs pre_beam < V - 1
+    partial = (use_att and use_ctc and config.ctc_scoring == "partial"
+               and pre_beam < (vocab - 1 if config.pre_beam == "avsr" else vocab))
 
     mask = torch.arange(t_max, device=device)[None, :] < lens[:, None]
     dec_state = decoder.init_state(memory, mask, group=k) if use_att else None
@@ -283,9 +347,9 @@ def batch_beam_search(
             att, dec_state = decoder.step(yseq[:, -1], dec_state)
         else:
             att = torch.zeros(n, vocab, device=device)
-        if partial:  # pre-beam from the attention scores, plus eos
-            ids = att.masked_fill((all_tokens == eos) | (all_tokens == blank), NEG_INF).topk(pre_beam).indices
-            ids = torch.cat([ids, ids.new_full((n, 1), eos)], dim=1)
+        extra_eos = None  # (n,) bool: the appended eos column duplicates an eos of the pre-beam
+        if partial:
+            ids, extra_eos = _pre_beam_ids(att, config, pre_beam, eos, blank)
         else:
             ids = all_tokens.expand(n, -1)
         att_c = att.gather(1, ids) if partial else att
@@ -303,6 +367,10 @@ def batch_beam_search(
         refuse |= is_eos & (i < minlen)[rows_utt, None]
         refuse |= ~is_eos & (i >= maxlen)[rows_utt, None]
         refuse |= ~score.isfinite()[:, None]
+        if extra_eos is not None:
+            refuse[:, -1] |= extra_eos
+            if config.pre_beam == "espnet_nonbatch":  # eos outside the pre-beam only at the maximum length
+                refuse[:, -1] |= (i < maxlen)[rows_utt]
         total = (score[:, None] + cand).masked_fill(refuse, NEG_INF)
 
         c = total.size(1)

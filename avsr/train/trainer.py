@@ -33,6 +33,7 @@ from avsr.data.dataset import (
 )
 from avsr.encoder import AVHubertEncoder
 from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
+from avsr.train.curves import TrainingCurves
 
 logger = logging.getLogger("avsr.train")
 
@@ -200,7 +201,8 @@ class Trainer:
         model_config: the dict the model was built from (saved in checkpoints so they rebuild the model).
         train_set, valid_set: :class:`AVDataset` s with a tokenizer (ASR) or label sets (pretraining).
         cfg: loop settings.
-        exp_dir: output directory (checkpoints, ``train.log``, ``train_log.jsonl``).
+        exp_dir: output directory (checkpoints, ``train.log``, ``train_log.jsonl``, ``tensorboard/`` and
+            ``images/*.png``: :class:`avsr.train.curves.TrainingCurves`).
         device: ``cpu``, ``cuda`` or ``cuda:N``; with torchrun the local rank's GPU.
 
     When the model's encoder has ``modality_dropout > 0`` and the training set loads both modalities, the
@@ -401,6 +403,7 @@ class Trainer:
         if self.epoch >= self.cfg.max_epoch:
             logger.info("training already finished (%d epochs)", self.epoch)
             return
+        curves = TrainingCurves(self.exp_dir)  # tensorboard/ and images/*.png, redrawn after every epoch
         while self.epoch < self.cfg.max_epoch:
             t0 = time.time()
             train_stats = self.train_epoch()
@@ -418,6 +421,7 @@ class Trainer:
                 }
                 with open(log_path, "a", encoding="utf-8") as f:
                     f.write(json.dumps(rec) + "\n")
+                curves.log_epoch(rec)
                 logger.info(
                     "epoch %d done in %.1f s: train %s | valid %s",
                     self.epoch,
