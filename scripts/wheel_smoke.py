@@ -43,7 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 #: top-level modules of optional extras -> the extra that installs them (setup.cfg extras_require)
-OPTIONAL_MODULES = {"mediapipe": "video", "skimage": "video"}
+OPTIONAL_MODULES = {"mediapipe": "pip install 'avsr[video]'", "skimage": "pip install 'avsr[video]'",
+                    "espnet": "the ESPnet environment, scripts/install_espnet.sh"}
 #: a GRID-like sentence, the transcript of the decoded utterance
 SENTENCE = "BIN BLUE AT F TWO NOW"
 
@@ -142,7 +143,7 @@ def check_imports() -> None:
         except ModuleNotFoundError as e:
             top = (e.name or "").split(".")[0]
             if top in OPTIONAL_MODULES and importlib.util.find_spec(top) is None:
-                skipped.append(f"{name} (needs {top}: avsr[{OPTIONAL_MODULES[top]}])")
+                skipped.append(f"{name} (needs {top}: {OPTIONAL_MODULES[top]})")
                 continue
             raise
     assert "avsr.train.trainer" in names and "avsr.data.synthgrid.generate" in names, names
