@@ -281,13 +281,16 @@ def test_babble_sums_overlapping_talkers_at_a_fixed_level():
     assert (np.abs(babble) > 1e-4).mean() > 0.95  # hardly any gap where no talker speaks
 
 
-def test_cli_refuses_a_directory_of_another_configuration(tmp_path):
+def test_cli_refuses_a_directory_of_another_configuration(tmp_path, capsys):
     from avsr.bin.synthgrid import main
 
     (tmp_path / "synthgrid.json").write_text(
         json.dumps(dataclasses.asdict(dataclasses.replace(TINY, seed=7)))
     )
-    assert main(["--out", str(tmp_path), "--num-train", "6", "--no-progress"]) == 1
+    # A configuration mismatch is a usage/config error: exit status 2, one line naming the directory.
+    assert main(["--out", str(tmp_path), "--num-train", "6", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(tmp_path) in err[0] and "another configuration" in err[0]
 
 
 @pytest.mark.festival
