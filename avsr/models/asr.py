@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from avsr.config import ConfigError, check_keys, from_dict, load_yaml, to_dict
 from avsr.decode.beam_search import DecodeConfig, Hypothesis, batch_beam_search
 from avsr.nn.decoder import TransformerDecoder, TransformerDecoderConfig
+from avsr.nn.precision import fp32_context
 
 __all__ = ["AVSRModel", "AVSRModelConfig", "label_smoothing_loss"]
 
@@ -234,9 +235,24 @@ class AVSRModel(nn.Module):
     def encode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """Encoder output ``(B, T, D)`` and its lengths ``(B,)`` for audio ``(B, 104, T)`` and/or video
         ``(B, 1, T, H, W)`` features at 25 frames/s with ``lengths (B,)`` valid frames (see
-        :meth:`avsr.encoder.AVHubertEncoder.forward`, whose errors it raises)."""
+        :meth:`avsr.encoder.AVHubertEncoder.forward`, whose errors it raises). The output is float32 also
+        when the encoder ran under a bfloat16 autocast (see :mod:`avsr.nn.precision`)."""
         enc, enc_lens, _ = self.encoder({"audio": audio, "video": video}, lengths)
-        return enc, enc_lens.to(enc.device, torch.long)
+        return enc.float(), enc_lens.to(enc.device, torch.long)
+
+    def ctc_log_probs(self, enc: Tensor) -> Tensor:
+        """CTC log-probabilities ``(B, T, V)`` float32 of an encoder output ``(B, T, D)``.
+
+        The projection ``ctc_lo`` and the log-softmax are computed in float32 even under autocast (bfloat16
+        logits would be rounded to 1/256 of their magnitude, e.g. steps of 1/8 at 20).
+
+        Raises:
+            ValueError: the model has no CTC head (``ctc_weight == 0``).
+        """
+        if self.ctc_lo is None:
+            raise ValueError("the model has no CTC head (ctc_weight 0)")
+        with fp32_context(enc.device):
+            return torch.log_softmax(self.ctc_lo(enc.float()), dim=-1)
 
     def _targets(self, ys_pad: Tensor, ys_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Check targets; return ``ys (B, L)`` (padding -> ignore_id), ``ys_in (B, L+1)`` (sos + ys, padded
@@ -264,7 +280,7 @@ class AVSRModel(nn.Module):
 
     def forward(
         self, audio: Tensor | None, video: Tensor | None, lengths: Tensor, ys_pad: Tensor, ys_lens: Tensor
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """Hybrid CTC/attention loss of a batch.
 
         Args:
@@ -275,9 +291,14 @@ class AVSRModel(nn.Module):
             ys_lens: ``(B,)`` int64 target lengths.
 
         Returns:
-            ``loss`` (scalar, differentiable) and ``stats``: floats ``loss``, ``loss_ctc``, ``loss_att``,
-            ``acc`` (attention token accuracy, eos included); a part the model does not have (CTC-only or
-            attention-only model) is ``nan``.
+            ``loss`` (scalar float32, differentiable) and ``stats``: detached scalar float32 tensors on the
+            loss's device (no host synchronisation; the trainer averages them and reads them once per log
+            interval) ``loss``, ``loss_ctc``, ``loss_att``, ``acc`` (attention token accuracy, eos
+            included); a part the model does not have (CTC-only or attention-only model) is ``nan``.
+
+        Precision: under a caller's bfloat16 autocast (:func:`avsr.nn.precision.autocast_context`) the
+        encoder and the decoder run in bfloat16; the CTC projection, log-softmax and loss and the attention
+        loss's log-softmax are computed in float32.
 
         Raises:
             ValueError: a target id outside ``0..V-1`` or special (blank, sos/eos, pad), or a target length
@@ -286,28 +307,29 @@ class AVSRModel(nn.Module):
         """
         ys, ys_in, ys_out = self._targets(ys_pad, ys_lens)
         enc, enc_lens = self.encode(audio, video, lengths)
-        nan = float("nan")
-        loss_ctc = loss_att = None
-        acc = nan
+        loss_ctc = loss_att = acc = None
         if self.ctc_lo is not None:
-            logp = torch.log_softmax(self.ctc_lo(enc).float(), dim=-1).transpose(0, 1)
-            loss_ctc = F.ctc_loss(
-                logp,
-                ys.clamp(min=0),
-                enc_lens,
-                ys_lens.to(enc_lens),
-                blank=self.blank,
-                reduction="sum",
-                zero_infinity=True,
-            ) / enc.size(0)
+            with fp32_context(enc.device):  # CTC in float32 under any autocast
+                loss_ctc = F.ctc_loss(
+                    self.ctc_log_probs(enc).transpose(0, 1),
+                    ys.clamp(min=0),
+                    enc_lens,
+                    ys_lens.to(enc_lens),
+                    blank=self.blank,
+                    reduction="sum",
+                    zero_infinity=True,
+                ) / enc.size(0)
         if self.decoder is not None:
             mask = torch.arange(enc.size(1), device=enc.device)[None, :] < enc_lens[:, None]
             logits = self.decoder(ys_in, enc, mask)
-            loss_att = label_smoothing_loss(
-                logits, ys_out, self.conf.lsm_weight, self.ignore_id, self.conf.length_normalized_loss
-            )
-            valid = ys_out != self.ignore_id
-            acc = float((logits.argmax(-1) == ys_out)[valid].float().mean())
+            with fp32_context(enc.device):
+                loss_att = label_smoothing_loss(
+                    logits, ys_out, self.conf.lsm_weight, self.ignore_id, self.conf.length_normalized_loss
+                )
+            with torch.no_grad():
+                valid = ys_out != self.ignore_id
+                correct = (logits.argmax(-1) == ys_out) & valid
+                acc = correct.sum() / valid.sum().clamp(min=1)
         w = self.ctc_weight
         if loss_ctc is None:
             loss = loss_att
@@ -315,11 +337,12 @@ class AVSRModel(nn.Module):
             loss = loss_ctc
         else:
             loss = w * loss_ctc + (1.0 - w) * loss_att
+        nan = torch.full((), float("nan"), device=loss.device)
         stats = {
-            "loss": float(loss.detach()),
-            "loss_ctc": float(loss_ctc.detach()) if loss_ctc is not None else nan,
-            "loss_att": float(loss_att.detach()) if loss_att is not None else nan,
-            "acc": acc,
+            "loss": loss.detach(),
+            "loss_ctc": loss_ctc.detach() if loss_ctc is not None else nan,
+            "loss_att": loss_att.detach() if loss_att is not None else nan,
+            "acc": acc.float() if acc is not None else nan,
         }
         return loss, stats
 
@@ -369,9 +392,7 @@ class AVSRModel(nn.Module):
         self.eval()
         try:
             enc, enc_lens = self.encode(audio, video, lengths)
-            ctc_logp = (
-                torch.log_softmax(self.ctc_lo(enc).float(), dim=-1) if self.ctc_lo is not None else None
-            )
+            ctc_logp = self.ctc_log_probs(enc) if self.ctc_lo is not None else None
             # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
             # (B, F, T) audio -- when audio is given, else the padded frame count (only max_len_a uses it)
             src_len = audio.shape[1] if audio is not None else enc.size(1)
