@@ -192,6 +192,14 @@ class AVHubertEncoder(nn.Module):
     transformer layer's output, for clustering or probing), :meth:`embed` (the transformer's input, for a
     pretraining model), :meth:`output_size`, :meth:`from_yaml`.
 
+    Speed and memory (run-time switches, not hyper-parameters: they change no result beyond float rounding
+    and are not saved with the configuration): the encoder runs under a caller's ``torch.autocast``
+    (bfloat16: :func:`avsr.nn.precision.autocast_context`; the output is then bfloat16, the feature
+    penalty float32) and under ``torch.compile``; :attr:`checkpoint_activations` (fairseq's option of that
+    name) recomputes each transformer layer in the backward pass instead of storing its activations;
+    :attr:`channels_last` keeps the video front-end's activations channels-last (faster with bfloat16 on
+    CPUs with AMX / AVX-512 BF16). ``benchmarks/bench_encoder.py`` measures them.
+
     Raises:
         avsr.config.ConfigError: unknown option (named), bad option value, or both ``config`` and keywords.
     """
@@ -272,6 +280,29 @@ class AVHubertEncoder(nn.Module):
     def output_size(self) -> int:
         """D, the size of the output vectors (``encoder_embed_dim``)."""
         return self.config.encoder_embed_dim
+
+    @property
+    def checkpoint_activations(self) -> bool:
+        """In training with gradients, recompute each transformer layer in the backward pass instead of
+        keeping its activations (fairseq's ``checkpoint_activations``): same values and gradients, activation
+        memory of the layers down to one ``(B, T, D)`` tensor each, about one more forward pass of the
+        layers in time. Default False."""
+        return self.encoder.checkpoint_activations
+
+    @checkpoint_activations.setter
+    def checkpoint_activations(self, value: bool) -> None:
+        self.encoder.checkpoint_activations = bool(value)
+
+    @property
+    def channels_last(self) -> bool:
+        """Channels-last (NDHWC/NHWC) activations in the video front-end (see
+        :class:`avsr.nn.resnet.ResEncoder`); same values up to float rounding. Default False (the original's
+        layout)."""
+        return self.feature_extractor_video.resnet.channels_last
+
+    @channels_last.setter
+    def channels_last(self, value: bool) -> None:
+        self.feature_extractor_video.resnet.channels_last = bool(value)
 
     def _front_end(self, extractor: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """Run a front-end with AV-HuBERT's ``forward_features`` gradient handling."""
