@@ -16,7 +16,8 @@ Measures:
     forward           eval mode, no gradient: the encoder's output.
     forward_backward  train mode, layer drop and all dropouts 0 (as the published fine-tuning, and so that
                       every mode computes the same function), modality dropout off: output, the fixed loss
-                      ``mean(hidden ** 2)`` and its backward (gradients of all encoder parameters).
+                      ``mean(hidden * R)`` (R a fixed N(0, 1) tensor; not ``mean(hidden ** 2)``, which a
+                      final LayerNorm makes constant) and its backward (gradients of all encoder parameters).
     train_step        the recipe's whole training step on an AVSRModel built from the config (its
                       ``decoder_conf`` and ``model_conf`` if it has them, else the defaults): front-ends,
                       encoder, decoder, CTC and attention losses, backward, gradient clipping, fused AdamW
@@ -26,7 +27,9 @@ Modes (``+``-joined): ``fp32`` eager, the reference (the computation of the orig
 (bfloat16 autocast, :func:`avsr.nn.precision.autocast_context`); ``compile`` (``torch.compile`` as the
 trainer's ``compile: true`` does it, :func:`avsr.train.trainer.compile_model`); ``cl`` (channels-last video
 front-end, ``AVHubertEncoder.channels_last``); ``ckpt`` (``checkpoint_activations``). Examples: ``bf16+cl``,
-``compile+bf16+cl``, ``fp32+ckpt``.
+``compile+bf16+cl``, ``fp32+ckpt``. ``round`` (``fp32+round``) is no speed mode but the yardstick for
+parity: fp32 on inputs rounded to bfloat16, i.e. how much the outputs and gradients move when only the
+inputs carry bfloat16's rounding error.
 
 Method: all modes share one model (same weights); each mode is warmed up (``--warmup`` calls; the first
 calls of a compile mode compile: as in training, a batch 10 frames shorter, then the batch, which recompiles
@@ -42,7 +45,8 @@ the same weights and inputs): ``max_abs_diff`` of the output (train_step: of the
 
 Output: a table, and with ``--json PATH`` one JSON line per (config, device, threads, mode, measure) with
 the keys ``config, device, threads, mode, measure, median_s, min_s, frames_per_s, peak_mem_mib,
-ratio_vs_fp32, max_abs_diff`` and also ``out_rel_diff, grad_rel_diff, first_s, reps, batch, frames,
+ratio_vs_fp32, max_abs_diff`` and also ``out_rel_diff, grad_rel_diff, cpu_s`` (median CPU seconds of the
+process per call: with one thread a load-independent figure), ``first_s, reps, batch, frames,
 modality, torch, load_avg`` (the 1-minute load average at the start). ``--quick``: 3 repetitions, modes
 ``fp32,bf16,bf16+cl`` unless given, measures forward and forward_backward unless given.
 """
@@ -74,7 +78,7 @@ from avsr.nn.precision import autocast_context  # noqa: E402
 from avsr.train.trainer import compile_model, make_adamw  # noqa: E402
 
 MEASURES = ("forward", "forward_backward", "train_step")
-MODE_TOKENS = ("fp32", "bf16", "compile", "cl", "ckpt")
+MODE_TOKENS = ("fp32", "bf16", "compile", "cl", "ckpt", "round")
 DEFAULT_MODES = "fp32,bf16,compile,compile+bf16,bf16+cl,compile+bf16+cl"
 NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, dropout_input=0.0,
                   encoder_layerdrop=0.0)
@@ -89,6 +93,7 @@ class Mode:
     compile: bool
     channels_last: bool
     checkpoint: bool
+    round_inputs: bool = False
 
     @property
     def precision(self) -> str:
@@ -101,7 +106,8 @@ def parse_mode(name: str) -> Mode:
     bad = [t for t in tokens if t not in MODE_TOKENS]
     if bad or ("fp32" in tokens and "bf16" in tokens):
         raise SystemExit(f"--modes: bad mode {name!r} (tokens: {', '.join(MODE_TOKENS)})")
-    return Mode(name, "bf16" in tokens, "compile" in tokens, "cl" in tokens, "ckpt" in tokens)
+    has = {t: t in tokens for t in MODE_TOKENS}
+    return Mode(name, has["bf16"], has["compile"], has["cl"], has["ckpt"], has["round"])
 
 
 def config_path(name: str) -> Path:
@@ -175,6 +181,7 @@ class Bench:
         self.lengths = torch.full((b,), t, dtype=torch.long, device=device)
         self.ys_lens = torch.tensor([8 - i % 3 for i in range(b)], device=device)
         ys = torch.randint(1, args.vocab - 1, (b, 8), generator=g).to(device)
+        self.probe = torch.randn(b, t, self.encoder.output_size(), generator=g).to(device)
         self.ys = ys.masked_fill(torch.arange(8, device=device)[None] >= self.ys_lens[:, None], -1)
 
     def module(self, mode: Mode) -> torch.nn.Module:
@@ -197,6 +204,9 @@ class Bench:
         t = frames or self.args.frames
         audio = self.audio[:, :, :t] if self.audio is not None else None
         video = self.video[:, :, :t] if self.video is not None else None
+        if mode.round_inputs:  # the sensitivity reference: only the inputs carry bfloat16 rounding
+            audio = audio.bfloat16().float() if audio is not None else None
+            video = video.bfloat16().float() if video is not None else None
         lengths = self.lengths.clamp(max=t)
         if self.measure == "forward":
             model.eval()
@@ -209,7 +219,7 @@ class Bench:
         if self.measure == "forward_backward":
             with ctx:
                 out = model({"audio": audio, "video": video}, lengths)[0]
-            out.float().pow(2).mean().backward()
+            (out.float() * self.probe[:, :t]).mean().backward()
         else:
             with ctx:
                 out, _ = model(audio, video, lengths, self.ys, self.ys_lens)
@@ -250,12 +260,13 @@ def parity(ref: tuple[torch.Tensor, list | None], got: tuple[torch.Tensor, list 
     return out
 
 
-def timed(fn: Callable[[], None], device: torch.device) -> float:
+def timed(fn: Callable[[], None], device: torch.device) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of one call of ``fn``."""
     sync(device)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     fn()
     sync(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def bench_one(args: argparse.Namespace, config: str, measure: str, threads: int, device: torch.device,
@@ -267,14 +278,15 @@ def bench_one(args: argparse.Namespace, config: str, measure: str, threads: int,
     ref_mode = Mode("fp32", False, False, False, False)
     ref = bench.run(ref_mode)
     ref = (ref[0].clone(), [g.clone() if g is not None else None for g in ref[1]] if ref[1] else None)
-    first, par, times, cuda_peak = {}, {}, {m.name: [] for m in modes}, {}
+    first, par, cuda_peak = {}, {}, {}
+    times, cpu = {m.name: [] for m in modes}, {m.name: [] for m in modes}
     for m in modes:  # first calls (compile): parity on the same weights, before any optimizer step
         def first_calls(m: Mode = m) -> None:
             if m.compile:  # as in training: a batch of another length, then dynamic-shape code
                 bench.run(m, frames=args.frames - 10)
             par[m.name] = parity(ref, bench.run(m))
 
-        first[m.name] = timed(first_calls, device)
+        first[m.name] = timed(first_calls, device)[0]
     for m in modes:
         for _ in range(args.warmup - 1):
             bench.step(m)
@@ -282,7 +294,9 @@ def bench_one(args: argparse.Namespace, config: str, measure: str, threads: int,
         for m in modes:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            times[m.name].append(timed(lambda m=m: bench.step(m), device))
+            wall, cpu_s = timed(lambda m=m: bench.step(m), device)
+            times[m.name].append(wall)
+            cpu[m.name].append(cpu_s)
             if device.type == "cuda":
                 peak = torch.cuda.max_memory_allocated(device) / 2**20
                 cuda_peak[m.name] = max(cuda_peak.get(m.name, 0.0), peak)
@@ -300,7 +314,8 @@ def bench_one(args: argparse.Namespace, config: str, measure: str, threads: int,
             "out_rel_diff": float(f"{par[m.name]['out_rel_diff']:.3g}"),
             "grad_rel_diff": (float(f"{par[m.name]['grad_rel_diff']:.3g}")
                               if par[m.name]["grad_rel_diff"] is not None else None),
-            "first_s": round(first[m.name], 2), "reps": args.reps, "batch": args.batch, "frames": args.frames,
+            "cpu_s": round(statistics.median(cpu[m.name]), 4), "first_s": round(first[m.name], 2),
+            "reps": args.reps, "batch": args.batch, "frames": args.frames,
             "modality": args.modality, "torch": torch.__version__, "load_avg": round(load, 2),
         })
     return rows
@@ -338,14 +353,14 @@ def fmt(v, spec: str) -> str:
 def print_table(rows: list[dict]) -> None:
     head = (f"{'config':<20} {'dev':<4} {'thr':>3} {'mode':<16} {'measure':<16} {'median s':>9} {'min s':>8} "
             f"{'frames/s':>9} {'peak MiB':>9} {'speed-up':>8} {'max|dy|':>8} {'rel dy':>8} {'rel dgrad':>9} "
-            f"{'first s':>8}")
+            f"{'cpu s':>7} {'first s':>8}")
     print(head)
     for r in rows:
         print(f"{r['config']:<20} {r['device']:<4} {r['threads']:>3} {r['mode']:<16} {r['measure']:<16} "
               f"{r['median_s']:>9.3f} {r['min_s']:>8.3f} {r['frames_per_s']:>9.1f} "
               f"{fmt(r['peak_mem_mib'], '.0f'):>9} {fmt(r['ratio_vs_fp32'], '.2f'):>8} "
               f"{fmt(r['max_abs_diff'], '.2g'):>8} {fmt(r['out_rel_diff'], '.2g'):>8} "
-              f"{fmt(r['grad_rel_diff'], '.2g'):>9} {r['first_s']:>8.1f}")
+              f"{fmt(r['grad_rel_diff'], '.2g'):>9} {r['cpu_s']:>7.3f} {r['first_s']:>8.1f}")
 
 
 def main(argv: list[str] | None = None) -> None:
