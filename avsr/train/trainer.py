@@ -134,7 +134,7 @@ class TrainConfig:
         return "bf16" if self.use_amp and device.type == "cuda" else "fp32"
 
 
-def compile_model(model: torch.nn.Module) -> torch.nn.Module:
+def compile_model(model: torch.nn.Module, backend: str = "inductor") -> torch.nn.Module:
     """``torch.compile`` the parts of an avsr model that carry the computation, in place; returns ``model``.
 
     Compiled (``nn.Module.compile``, so parameter names and state-dict keys stay the same): the encoder's
@@ -145,7 +145,8 @@ def compile_model(model: torch.nn.Module) -> torch.nn.Module:
     automatic dynamic shapes -- the first batch compiles for its shapes, the first batch of another size
     recompiles once with the sizes that changed (batch size, length) symbolic, and later batches reuse that
     code; sizes that never change (feature dims, 88x88 frames) stay static. So each part compiles about
-    twice per mode (training, evaluation).
+    twice per mode (training, evaluation). ``backend`` is passed to ``torch.compile`` (``aot_eager`` traces
+    the same graphs without generating code, as the tests do).
     """
     encoder = getattr(model, "encoder", None)
     parts = []
@@ -158,7 +159,7 @@ def compile_model(model: torch.nn.Module) -> torch.nn.Module:
     if not parts:
         parts.append(model)
     for part in parts:
-        part.compile()
+        part.compile(backend=backend)
     return model
 
 
