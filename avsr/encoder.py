@@ -197,8 +197,8 @@ class AVHubertEncoder(nn.Module):
     (bfloat16: :func:`avsr.nn.precision.autocast_context`; the output is then bfloat16, the feature
     penalty float32) and under ``torch.compile``; :attr:`checkpoint_activations` (fairseq's option of that
     name) recomputes each transformer layer in the backward pass instead of storing its activations;
-    :attr:`channels_last` keeps the video front-end's activations channels-last (faster with bfloat16 on
-    CPUs with AMX / AVX-512 BF16). ``benchmarks/bench_encoder.py`` measures them.
+    :attr:`channels_last` chooses the video front-end's layout (by default channels-last under bfloat16,
+    2-3x faster there on CPUs with AMX / AVX-512 BF16). ``benchmarks/bench_encoder.py`` measures them.
 
     Raises:
         avsr.config.ConfigError: unknown option (named), bad option value, or both ``config`` and keywords.
@@ -294,15 +294,15 @@ class AVHubertEncoder(nn.Module):
         self.encoder.checkpoint_activations = bool(value)
 
     @property
-    def channels_last(self) -> bool:
+    def channels_last(self) -> bool | None:
         """Channels-last (NDHWC/NHWC) activations in the video front-end (see
-        :class:`avsr.nn.resnet.ResEncoder`); same values up to float rounding. Default False (the original's
-        layout)."""
+        :class:`avsr.nn.resnet.ResEncoder`); same values up to float rounding. None (default): channels-last
+        under a bfloat16 autocast, the original's layout in float32; True/False force it."""
         return self.feature_extractor_video.resnet.channels_last
 
     @channels_last.setter
-    def channels_last(self, value: bool) -> None:
-        self.feature_extractor_video.resnet.channels_last = bool(value)
+    def channels_last(self, value: bool | None) -> None:
+        self.feature_extractor_video.resnet.channels_last = None if value is None else bool(value)
 
     def _front_end(self, extractor: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """Run a front-end with AV-HuBERT's ``forward_features`` gradient handling."""

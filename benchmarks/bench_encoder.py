@@ -24,12 +24,14 @@ Measures:
                       step, as :class:`avsr.train.trainer.Trainer` does (``--vocab`` tokens, 8 per utterance).
 
 Modes (``+``-joined): ``fp32`` eager, the reference (the computation of the original code); ``bf16``
-(bfloat16 autocast, :func:`avsr.nn.precision.autocast_context`); ``compile`` (``torch.compile`` as the
-trainer's ``compile: true`` does it, :func:`avsr.train.trainer.compile_model`); ``cl`` (channels-last video
-front-end, ``AVHubertEncoder.channels_last``); ``ckpt`` (``checkpoint_activations``). Examples: ``bf16+cl``,
-``compile+bf16+cl``, ``fp32+ckpt``. ``round`` (``fp32+round``) is no speed mode but the yardstick for
-parity: fp32 on inputs rounded to bfloat16, i.e. how much the outputs and gradients move when only the
-inputs carry bfloat16's rounding error.
+(bfloat16 autocast, :func:`avsr.nn.precision.autocast_context`; the video front-end then runs channels-last
+by default); ``compile`` (``torch.compile`` as the trainer's ``compile: true`` does it,
+:func:`avsr.train.trainer.compile_model`); ``cl`` / ``nchw`` force the video front-end's layout
+(``AVHubertEncoder.channels_last`` True / False; ``bf16+nchw`` is bf16 autocast on the original layout);
+``ckpt`` (``checkpoint_activations``). Examples: ``bf16+nchw``, ``compile+bf16``, ``bf16+ckpt``.
+``round`` (``fp32+round``) is no speed mode but the yardstick for parity: fp32 on inputs rounded to
+bfloat16, i.e. how much the outputs and gradients move when only the inputs carry bfloat16's rounding
+error.
 
 Method: all modes share one model (same weights); each mode is warmed up (``--warmup`` calls; the first
 calls of a compile mode compile: as in training, a batch 10 frames shorter, then the batch, which recompiles
@@ -48,7 +50,7 @@ the keys ``config, device, threads, mode, measure, median_s, min_s, frames_per_s
 ratio_vs_fp32, max_abs_diff`` and also ``out_rel_diff, grad_rel_diff, cpu_s`` (median CPU seconds of the
 process per call: with one thread a load-independent figure), ``first_s, reps, batch, frames,
 modality, torch, load_avg`` (the 1-minute load average at the start). ``--quick``: 3 repetitions, modes
-``fp32,bf16,bf16+cl`` unless given, measures forward and forward_backward unless given.
+``fp32,bf16+nchw,bf16`` unless given, measures forward and forward_backward unless given.
 """
 
 from __future__ import annotations
@@ -78,8 +80,8 @@ from avsr.nn.precision import autocast_context  # noqa: E402
 from avsr.train.trainer import compile_model, make_adamw  # noqa: E402
 
 MEASURES = ("forward", "forward_backward", "train_step")
-MODE_TOKENS = ("fp32", "bf16", "compile", "cl", "ckpt", "round")
-DEFAULT_MODES = "fp32,bf16,compile,compile+bf16,bf16+cl,compile+bf16+cl"
+MODE_TOKENS = ("fp32", "bf16", "compile", "cl", "nchw", "ckpt", "round")
+DEFAULT_MODES = "fp32,bf16+nchw,bf16,compile,compile+bf16"
 NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, dropout_input=0.0,
                   encoder_layerdrop=0.0)
 
@@ -91,7 +93,7 @@ class Mode:
     name: str
     bf16: bool
     compile: bool
-    channels_last: bool
+    channels_last: bool | None
     checkpoint: bool
     round_inputs: bool = False
 
@@ -104,10 +106,11 @@ def parse_mode(name: str) -> Mode:
     """``"compile+bf16+cl"`` -> Mode. Raises SystemExit on an unknown token."""
     tokens = name.split("+")
     bad = [t for t in tokens if t not in MODE_TOKENS]
-    if bad or ("fp32" in tokens and "bf16" in tokens):
+    if bad or ("fp32" in tokens and "bf16" in tokens) or ("cl" in tokens and "nchw" in tokens):
         raise SystemExit(f"--modes: bad mode {name!r} (tokens: {', '.join(MODE_TOKENS)})")
     has = {t: t in tokens for t in MODE_TOKENS}
-    return Mode(name, has["bf16"], has["compile"], has["cl"], has["ckpt"], has["round"])
+    layout = True if has["cl"] else False if has["nchw"] else None
+    return Mode(name, has["bf16"], has["compile"], layout, has["ckpt"], has["round"])
 
 
 def config_path(name: str) -> Path:
@@ -275,7 +278,7 @@ def bench_one(args: argparse.Namespace, config: str, measure: str, threads: int,
     torch.set_num_threads(threads)
     bench = Bench(args, config, measure, device)
     load = load_avg()
-    ref_mode = Mode("fp32", False, False, False, False)
+    ref_mode = Mode("fp32", False, False, None, False)
     ref = bench.run(ref_mode)
     ref = (ref[0].clone(), [g.clone() if g is not None else None for g in ref[1]] if ref[1] else None)
     first, par, cuda_peak = {}, {}, {}
@@ -386,7 +389,7 @@ def main(argv: list[str] | None = None) -> None:
         child_memory(args)
         return
     args.reps = args.reps or (3 if args.quick else 5)
-    modes = [parse_mode(m) for m in (args.modes or ("fp32,bf16,bf16+cl" if args.quick else DEFAULT_MODES))
+    modes = [parse_mode(m) for m in (args.modes or ("fp32,bf16+nchw,bf16" if args.quick else DEFAULT_MODES))
              .split(",")]
     if "fp32" not in [m.name for m in modes]:
         modes.insert(0, parse_mode("fp32"))

@@ -77,13 +77,17 @@ def test_precision_names_and_contexts():
         assert torch.nn.functional.linear(x, w).dtype == torch.float32
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("channels_last", [None, False])
 def test_encoder_under_a_callers_autocast(channels_last):
     torch.manual_seed(0)
     enc = AVHubertEncoder(**ENC)
-    enc.channels_last = channels_last
+    enc.channels_last = channels_last  # None: channels-last under bf16 autocast (the default)
     audio, video, lengths, _, _ = batch()
     xs = {"audio": audio, "video": video}
+    resnet = enc.feature_extractor_video.resnet
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert resnet.use_channels_last(video) == (channels_last is None)
+    assert not resnet.use_channels_last(video)  # float32: the original layout
     enc.eval()
     with torch.no_grad():
         ref, _, _ = enc(xs, lengths)

@@ -9,10 +9,11 @@ those of the original, so a state dict maps 1:1, e.g. ``resnet.frontend3D.0.weig
 The channel widths are configurable (``widths``, default ResNet-18's 64-128-256-512) so that a small CPU
 configuration exists; with the defaults the parameter names and shapes are those of the original.
 
-Speed (same values as the original's layers): with ``channels_last = True`` the activations are kept
-channels-last (NDHWC / NHWC), the layout in which oneDNN's bfloat16 convolutions and the CPU pooling kernels
-run fastest (see :class:`ResEncoder`); the stem's max pooling, whose kernel is 1 frame long, is computed as a
-2-D max pool (same maxima) so that the channels-last frames can be pooled once folded into the batch.
+Speed (same values as the original's layers): under a bfloat16 autocast (or with ``channels_last = True``)
+the activations are kept channels-last (NDHWC / NHWC), the layout in which oneDNN's bfloat16 convolutions
+and the CPU pooling kernels run fastest (see :class:`ResEncoder`); the stem's max pooling, whose kernel is
+1 frame long, is computed as a 2-D max pool (same maxima) so that the channels-last frames can be pooled
+once folded into the batch.
 """
 
 from __future__ import annotations
@@ -148,12 +149,13 @@ class ResEncoder(nn.Module):
     2-D max pool over the folded frames: the same maxima as ``frontend3D[3]`` (which is kept for the
     module structure).
 
-    Attribute ``channels_last`` (default False: the original's layout and operations): the stem's 3-D
+    Attribute ``channels_last``: None (default) = True under a bfloat16 autocast and for bfloat16 input,
+    False otherwise (the original's layout and operations in float32). When True, the stem's 3-D
     convolution runs as a 2-D convolution over each frame's 5-frame neighbourhood (:meth:`_stem_conv_frames`)
     and all activations are channels-last (NHWC; the stem's BatchNorm3d and activation see an NDHWC view of
-    the same memory). Same values up to float summation order; with bfloat16 autocast on CPUs with AMX /
-    AVX-512 BF16 the convolutions then run in oneDNN's native bfloat16 layout, 2-3x faster
-    (``benchmarks/bench_encoder.py``). Parameters keep their layout.
+    the same memory). Same values up to float summation order; in bfloat16 on CPUs with AMX / AVX-512 BF16
+    the convolutions then run in oneDNN's native bfloat16 layout, 2-3x faster than bfloat16 in the original
+    layout (``benchmarks/bench_encoder.py``); in float32 it is no faster. Parameters keep their layout.
 
     Input ``(B, 1, T, H, W)`` float (88x88 mouth crops at 25 fps, normalised); output
     ``(B, widths[3], T)`` float.
@@ -171,14 +173,23 @@ class ResEncoder(nn.Module):
             nn.MaxPool3d(kernel_size=(1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1)),
         )
         self.trunk = ResNetTrunk(widths, relu_type)
-        self.channels_last = False
+        self.channels_last: bool | None = None
+
+    def use_channels_last(self, x: torch.Tensor) -> bool:
+        """Whether :meth:`forward` takes the channels-last path for input ``x`` (see the class docstring)."""
+        if self.channels_last is not None:
+            return self.channels_last
+        dev = x.device.type
+        return x.dtype == torch.bfloat16 or (
+            torch.is_autocast_enabled(dev) and torch.get_autocast_dtype(dev) == torch.bfloat16
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, 1, T, H, W) -> (B, widths[3], T)``."""
         b, t = x.shape[0], x.shape[2]
         _, norm, act, pool = self.frontend3D
         kernel, stride, padding = (_triple(v)[1:] for v in (pool.kernel_size, pool.stride, pool.padding))
-        if self.channels_last:
+        if self.use_channels_last(x):
             x = self._stem_conv_frames(x)  # (B*T, C, H', W') channels-last
             c, h, w = x.shape[1:]
             # (B, C, T, H', W') view of the same memory (channels-last-3d): BatchNorm3d over B, T, H', W'

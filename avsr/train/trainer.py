@@ -337,7 +337,6 @@ class Trainer:
         self.precision = cfg.resolved_precision(self.device)
         if isinstance(encoder, AVHubertEncoder):
             encoder.checkpoint_activations = cfg.checkpoint_activations
-            encoder.channels_last = self.precision == "bf16"  # oneDNN's native bf16 layout, same values
         if cfg.compile:
             compile_model(self.model)
 
