@@ -356,7 +356,9 @@ class AVHubertEncoder(nn.Module):
         if ilens.shape != (b,) or ilens.is_floating_point() or ilens.is_complex():
             raise ValueError(f"ilens must be an integer tensor of shape ({b},), got {ilens.dtype} "
                              f"{tuple(ilens.shape)}")
-        if not torch.compiler.is_compiling() and b > 0:
+        if ilens.device.type != "cpu" and b > 0:  # checked on the device: no host synchronisation
+            torch._assert_async(((ilens >= 1) & (ilens <= t)).all(), f"ilens must be in [1, T={t}]")
+        elif not torch.compiler.is_compiling() and b > 0:
             lo, hi = int(ilens.min()), int(ilens.max())
             if lo < 1 or hi > t:
                 raise ValueError(f"ilens must be in [1, T={t}], got min {lo} max {hi}")
@@ -371,7 +373,9 @@ class AVHubertEncoder(nn.Module):
         ref = audio if audio is not None else video
         b, t = ref.shape[0], ref.shape[2]
         padding_mask: torch.Tensor | None = torch.arange(t, device=ref.device)[None, :] >= ilens[:, None]
-        if not torch.compiler.is_compiling() and not bool(padding_mask.any()):
+        # an unpadded batch runs without a mask -- found on CPU only (elsewhere it would stop the host)
+        if (ref.device.type == "cpu" and not torch.compiler.is_compiling()
+                and not bool(padding_mask.any())):
             padding_mask = None
 
         d = self.config.encoder_embed_dim

@@ -256,7 +256,9 @@ class AVSRModel(nn.Module):
 
     def _targets(self, ys_pad: Tensor, ys_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Check targets; return ``ys (B, L)`` (padding -> ignore_id), ``ys_in (B, L+1)`` (sos + ys, padded
-        with eos) and ``ys_out (B, L+1)`` (ys + eos, padded with ignore_id)."""
+        with eos) and ``ys_out (B, L+1)`` (ys + eos, padded with ignore_id). On CPU an invalid target raises
+        ValueError naming the batch item; on an accelerator the check runs on the device without stopping
+        the host (``torch._assert_async``: a RuntimeError at a later synchronisation)."""
         b, length = ys_pad.shape
         if ys_lens.shape != (b,):
             raise ValueError(f"ys_lens must be ({b},), got {tuple(ys_lens.shape)}")
@@ -265,7 +267,10 @@ class AVSRModel(nn.Module):
         special = [i for i in (self.blank, self.sos, self.eos, self.pad) if i is not None]
         out_of_range = (ys_pad < 0) | (ys_pad >= self.vocab_size)
         bad = ~pad & (out_of_range | torch.isin(ys_pad, ys_pad.new_tensor(special)))
-        if bool(bad.any()) or bool((ys_lens > length).any()):
+        if ys_pad.device.type != "cpu":  # no host synchronisation per step: checked on the device
+            torch._assert_async(~bad.any() & ~(ys_lens > length).any(),
+                                "invalid target: an id outside 0..V-1 or special, or ys_lens > L")
+        elif bool(bad.any()) or bool((ys_lens > length).any()):
             u = int(bad.any(1).nonzero()[0]) if bool(bad.any()) else int((ys_lens > length).nonzero()[0])
             raise ValueError(
                 f"target of batch item {u} is invalid: ids must lie in 0..{self.vocab_size - 1} and not be a "

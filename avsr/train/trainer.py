@@ -318,6 +318,7 @@ class Trainer:
             collate_fn=collate,
             num_workers=cfg.num_workers,
             persistent_workers=cfg.num_workers > 0,
+            pin_memory=self.device.type == "cuda",  # asynchronous host-to-GPU copies (_to)
         )
         self.valid_loader = torch.utils.data.DataLoader(
             valid_set, batch_sampler=self.valid_sampler, collate_fn=collate
