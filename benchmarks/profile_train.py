@@ -13,9 +13,10 @@ with the trainer's own batching, modality dropout, augmentation, forward (``Trai
 precision setting applies), backward, gradient clipping and AdamW step. Prints, per phase (data: loading
 and feature computation of the next batch; forward; backward; optimizer: clipping, step, scheduler,
 zero_grad) and per batch kind (audio-only, video-only, audio-visual), the mean wall-clock and CPU
-milliseconds per step, and with ``--ops N`` the N operators with the most CPU time (torch.profiler, over the
-timed steps; profiling slows the steps down). ``--set key=value`` overrides training-YAML keys (YAML
-values). With one thread the CPU time is the figure that other jobs on the machine disturb least.
+milliseconds per step, the wall time of the untimed steps (with ``--set compile=true``: compilation),
+and with ``--ops N`` the N operators with the most CPU time (torch.profiler, over the timed steps; profiling
+slows the steps down). ``--set key=value`` overrides training-YAML keys (YAML values). With one thread the
+CPU time is the figure that other jobs on the machine disturb least.
 """
 
 from __future__ import annotations
@@ -91,7 +92,11 @@ def main(argv: list[str] | None = None) -> None:
     cpu: dict[str, list[float]] = defaultdict(list)
     kinds: dict[str, list[float]] = defaultdict(list)
     prof = None
+    start = time.perf_counter()
+    warmup_s = 0.0
     for i in range(args.skip + args.steps):
+        if i == args.skip:
+            warmup_s = time.perf_counter() - start
         if i == args.skip and args.ops:
             prof = torch.profiler.profile()
             prof.__enter__()
@@ -119,6 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     n = args.steps
     out = {
         "threads": torch.get_num_threads(), "steps": n, "settings": args.set, "load_avg": os.getloadavg()[0],
+        "skipped_steps_wall_s": round(warmup_s, 1),
         "wall_ms": {k: round(sum(wall[k]) / n * 1e3, 1) for k in PHASES},
         "cpu_ms": {k: round(sum(cpu[k]) / n * 1e3, 1) for k in PHASES},
         "kinds": {k: {"batches": len(v), "wall_ms": round(sum(v) / len(v) * 1e3, 1)}
@@ -126,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     out["wall_ms"]["step"] = round(sum(out["wall_ms"][k] for k in PHASES), 1)
     out["cpu_ms"]["step"] = round(sum(out["cpu_ms"][k] for k in PHASES), 1)
-    print(f"{n} steps, {out['threads']} threads, load average {out['load_avg']:.2f}, settings {args.set}")
+    print(f"{n} steps, {out['threads']} threads, load average {out['load_avg']:.2f}, settings {args.set}; "
+          f"the {args.skip} untimed steps took {warmup_s:.1f} s (with compile: the compilations)")
     for unit in ("wall_ms", "cpu_ms"):
         print(f"  {unit:8s} " + "  ".join(f"{k} {v:7.1f}" for k, v in out[unit].items()))
     for k, v in out["kinds"].items():
