@@ -13,7 +13,8 @@ label set, ``<name>.km`` with its ``.km.json``) found in both data dirs, and no 
 
 Usage: ``python -m avsr.bin.train --config conf/train/x.yaml --train-data data/train --valid-data data/valid
 --bpemodel data/token_list/bpe.model --exp-dir exp/x [--train-noise noise.wav] [--ngpu 1]
-[--init-encoder exp/pretrain/epoch10.pt]``;
+[--init-encoder exp/pretrain/epoch10.pt] [--precision fp32|bf16] [--compile true|false]
+[--checkpoint-activations true|false]`` (the last three override the YAML's speed settings);
 ``python -m avsr.bin.train --config conf/pretrain/x.yaml --train-data data/train --valid-data data/valid
 --labels iter1.km --exp-dir exp/pretrain_iter1``
 """
@@ -33,6 +34,7 @@ from avsr.config import ConfigError
 from avsr.data.datadir import read_datadir
 from avsr.data.dataset import AVDataset, LabelSet
 from avsr.data.tokenizer import Tokenizer
+from avsr.nn.precision import PRECISIONS
 from avsr.train.trainer import Trainer, build_audio_augment, build_noise, load_train_config
 
 logger = logging.getLogger("avsr.train")
@@ -108,12 +110,24 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train-noise", default=None, help="noise wav for training-time augmentation")
     p.add_argument("--ngpu", type=int, default=0, help="0: CPU; >=1: CUDA (several through torchrun)")
     p.add_argument("--max-epoch", type=int, default=None, help="override max_epoch of the config")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="override precision of the config (bf16: bfloat16 autocast, see avsr.nn.precision)")
+    p.add_argument("--compile", choices=("true", "false"), default=None,
+                   help="override compile of the config (torch.compile of the model's heavy parts)")
+    p.add_argument("--checkpoint-activations", choices=("true", "false"), default=None,
+                   help="override checkpoint_activations of the config (recompute layers in backward)")
     args = p.parse_args(argv)
     setup_logging(args.exp_dir / "train.log")
 
     cfg, model_part = load_train_config(args.config)
     if args.max_epoch is not None:
         cfg.max_epoch = args.max_epoch
+    if args.precision is not None:
+        cfg.precision = args.precision
+    if args.compile is not None:
+        cfg.compile = args.compile == "true"
+    if args.checkpoint_activations is not None:
+        cfg.checkpoint_activations = args.checkpoint_activations == "true"
     torch.manual_seed(cfg.seed)
     pretrain = "pretrain_conf" in model_part
     tokenizer = train_labels = valid_labels = None
