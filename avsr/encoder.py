@@ -193,6 +193,14 @@ class AVHubertEncoder(nn.Module):
     transformer layer's output, for clustering or probing), :meth:`embed` (the transformer's input, for a
     pretraining model), :meth:`output_size`, :meth:`from_yaml`.
 
+    Speed and memory (run-time switches, not hyper-parameters: they change no result beyond float rounding
+    and are not saved with the configuration): the encoder runs under a caller's ``torch.autocast``
+    (bfloat16: :func:`avsr.nn.precision.autocast_context`; the output is then bfloat16, the feature
+    penalty float32) and under ``torch.compile``; :attr:`checkpoint_activations` (fairseq's option of that
+    name) recomputes each transformer layer in the backward pass instead of storing its activations;
+    :attr:`channels_last` chooses the video front-end's layout (by default channels-last under bfloat16,
+    2-3x faster there on CPUs with AMX / AVX-512 BF16). ``benchmarks/bench_encoder.py`` measures them.
+
     Raises:
         avsr.config.ConfigError: unknown option (named), bad option value, or both ``config`` and keywords.
     """
@@ -292,6 +300,29 @@ class AVHubertEncoder(nn.Module):
         """D, the size of the output vectors (``encoder_embed_dim``)."""
         return self.config.encoder_embed_dim
 
+    @property
+    def checkpoint_activations(self) -> bool:
+        """In training with gradients, recompute each transformer layer in the backward pass instead of
+        keeping its activations (fairseq's ``checkpoint_activations``): same values and gradients, activation
+        memory of the layers down to one ``(B, T, D)`` tensor each, about one more forward pass of the
+        layers in time. Default False."""
+        return self.encoder.checkpoint_activations
+
+    @checkpoint_activations.setter
+    def checkpoint_activations(self, value: bool) -> None:
+        self.encoder.checkpoint_activations = bool(value)
+
+    @property
+    def channels_last(self) -> bool | None:
+        """Channels-last (NDHWC/NHWC) activations in the video front-end (see
+        :class:`avsr.nn.resnet.ResEncoder`); same values up to float rounding. None (default): channels-last
+        under a bfloat16 autocast, the original's layout in float32; True/False force it."""
+        return self.feature_extractor_video.resnet.channels_last
+
+    @channels_last.setter
+    def channels_last(self, value: bool | None) -> None:
+        self.feature_extractor_video.resnet.channels_last = None if value is None else bool(value)
+
     def _front_end(self, extractor: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """Run a front-end with AV-HuBERT's ``forward_features`` gradient handling."""
         scale = float(self.config.feature_grad_mult)
@@ -366,7 +397,9 @@ class AVHubertEncoder(nn.Module):
         if ilens.shape != (b,) or ilens.is_floating_point() or ilens.is_complex():
             raise ValueError(f"ilens must be an integer tensor of shape ({b},), got {ilens.dtype} "
                              f"{tuple(ilens.shape)}")
-        if not torch.compiler.is_compiling() and b > 0:
+        if ilens.device.type != "cpu" and b > 0:  # checked on the device: no host synchronisation
+            torch._assert_async(((ilens >= 1) & (ilens <= t)).all(), f"ilens must be in [1, T={t}]")
+        elif not torch.compiler.is_compiling() and b > 0:
             lo, hi = int(ilens.min()), int(ilens.max())
             if lo < 1 or hi > t:
                 raise ValueError(f"ilens must be in [1, T={t}], got min {lo} max {hi}")
@@ -385,7 +418,9 @@ class AVHubertEncoder(nn.Module):
     def _padding_mask(self, ilens: torch.Tensor, t: int) -> torch.Tensor | None:
         """``(B, T)`` bool, True at padded frames, or None when nothing is padded (outside compilation)."""
         padding_mask = torch.arange(t, device=ilens.device)[None, :] >= ilens[:, None]
-        if not torch.compiler.is_compiling() and not bool(padding_mask.any()):
+        # an unpadded batch runs without a mask -- found on CPU only (elsewhere the check would stop the host)
+        if (ilens.device.type == "cpu" and not torch.compiler.is_compiling()
+                and not bool(padding_mask.any())):
             return None
         return padding_mask
 

@@ -61,6 +61,7 @@ from avsr.decode.align import AlignmentError, WordTiming, word_timings
 from avsr.decode.beam_search import DecodeConfig
 from avsr.features import SAMPLES_PER_FRAME, avhubert_audio_features, crop_video, normalize_video
 from avsr.models.asr import AVSRModel
+from avsr.nn.precision import autocast_context
 from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 
 __all__ = [
@@ -843,9 +844,7 @@ class Transcriber:
         return text.upper() if self._upper else text
 
     def _autocast(self):
-        if self.precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+        return autocast_context(self.device, self.precision)
 
 
 class _MediaFileItem(TranscribeItem):

@@ -367,6 +367,9 @@ def test_model_loss_stats_and_parts(ctc_weight):
     loss, stats = model(audio, None, torch.tensor([6, 4]), ys, torch.tensor([3, 2]))
     loss.backward()
     assert set(stats) == {"loss", "loss_ctc", "loss_att", "acc"}
+    # statistics are detached scalar tensors (the trainer reads them once per log interval)
+    assert all(torch.is_tensor(v) and v.dim() == 0 and not v.requires_grad for v in stats.values())
+    stats = {k: float(v) for k, v in stats.items()}
     assert math.isfinite(stats["loss"]) and stats["loss"] == pytest.approx(float(loss.detach()))
     if 0 < ctc_weight < 1:
         assert stats["loss"] == pytest.approx(0.3 * stats["loss_ctc"] + 0.7 * stats["loss_att"], rel=1e-5)
@@ -393,7 +396,7 @@ def test_tiny_model_overfits_two_utterances_and_decodes_them():
         loss, stats = model(audio, None, lens, ys, ys_lens)
         loss.backward()
         opt.step()
-    assert stats["acc"] == 1.0
+    assert float(stats["acc"]) == 1.0
     assert model.decode(audio, None, lens, DecodeConfig(beam_size=3, ctc_weight=0.3)) == targets
     assert model.training  # decode restores the mode
     assert model.decode(audio, None, lens, beam_size=2, ctc_weight=1.0) == targets

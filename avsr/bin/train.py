@@ -7,7 +7,9 @@ Reads a training YAML (``conf/train/*.yaml``: loop settings at the top level plu
 ``checkpoint.pt`` -- with the same settings: resuming into an experiment whose ``config.yaml`` differs from
 the new settings (and that holds checkpoints) is refused with the differing keys named, unless
 ``--allow-config-change`` is given; then the change is logged, appended to ``config_changes.log`` and the old
-configuration kept as ``config.<N>.yaml``. Temporary files of interrupted writes are removed at the start.
+configuration kept as ``config.<N>.yaml``. A longer schedule (``max_epoch``) and the speed settings
+(``precision``, ``compile``, ``checkpoint_activations``) may change on resume without the flag (logged).
+Temporary files of interrupted writes are removed at the start.
 For several GPUs run it under ``torchrun --nproc_per_node N``.
 
 Fine-tuning: ``--init-encoder CKPT`` starts the encoder from the encoder of a pretraining (or any avsr)
@@ -17,7 +19,8 @@ label set, ``<name>.km`` with its ``.km.json``) found in both data dirs, and no 
 
 Usage: ``python -m avsr.bin.train --config conf/train/x.yaml --train-data data/train --valid-data data/valid
 --bpemodel data/token_list/bpe.model --exp-dir exp/x [--train-noise noise.wav] [--ngpu 1]
-[--init-encoder exp/pretrain/epoch10.pt]``;
+[--init-encoder exp/pretrain/epoch10.pt] [--precision fp32|bf16] [--compile true|false]
+[--checkpoint-activations true|false]`` (the last three override the YAML's speed settings);
 ``python -m avsr.bin.train --config conf/pretrain/x.yaml --train-data data/train --valid-data data/valid
 --labels iter1.km --exp-dir exp/pretrain_iter1``
 """
@@ -41,6 +44,7 @@ from avsr.data.datadir import read_datadir
 from avsr.data.dataset import AVDataset, LabelSet
 from avsr.data.tokenizer import Tokenizer
 from avsr.fileio import remove_stale_tmp, write_text_atomic
+from avsr.nn.precision import PRECISIONS
 from avsr.train.trainer import Trainer, build_audio_augment, build_noise, load_train_config
 
 logger = logging.getLogger("avsr.train")
@@ -109,6 +113,11 @@ def _flatten(value: object, prefix: str = "") -> dict[str, object]:
     return {prefix[:-1]: value}
 
 
+#: Settings a resumed run may change without --allow-config-change: a longer schedule, and the speed
+#: settings, which change no result beyond float rounding.
+FREE_ON_RESUME = frozenset({"max_epoch", "precision", "compile", "checkpoint_activations"})
+
+
 def keep_promise(exp_dir: Path, resolved: dict, allow_change: bool) -> None:
     """Refuse to resume an experiment trained with other settings (see the module docstring).
 
@@ -123,6 +132,11 @@ def keep_promise(exp_dir: Path, resolved: dict, allow_change: bool) -> None:
     old = _flatten(parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {})
     new = _flatten(yaml.safe_load(yaml.safe_dump(resolved)))  # as it would be written
     differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    free = [k for k in differ if k in FREE_ON_RESUME]
+    if free:  # written to config.yaml by the caller, the change logged here
+        logger.info("resuming %s with %s", exp_dir,
+                    ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in free))
+        differ = [k for k in differ if k not in FREE_ON_RESUME]
     if not differ:
         return
     changes = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differ)
@@ -160,12 +174,24 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--max-epoch", type=int, default=None, help="override max_epoch of the config")
     p.add_argument("--allow-config-change", action="store_true",
                    help="resume an experiment with settings other than its config.yaml (logged, old kept)")
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help="override precision of the config (bf16: bfloat16 autocast, see avsr.nn.precision)")
+    p.add_argument("--compile", choices=("true", "false"), default=None,
+                   help="override compile of the config (torch.compile of the model's heavy parts)")
+    p.add_argument("--checkpoint-activations", choices=("true", "false"), default=None,
+                   help="override checkpoint_activations of the config (recompute layers in backward)")
     args = p.parse_args(argv)
     setup_logging(args.exp_dir / "train.log")
 
     cfg, model_part = load_train_config(args.config)
     if args.max_epoch is not None:
         cfg.max_epoch = args.max_epoch
+    if args.precision is not None:
+        cfg.precision = args.precision
+    if args.compile is not None:
+        cfg.compile = args.compile == "true"
+    if args.checkpoint_activations is not None:
+        cfg.checkpoint_activations = args.checkpoint_activations == "true"
     torch.manual_seed(cfg.seed)
     pretrain = "pretrain_conf" in model_part
     tokenizer = train_labels = valid_labels = None

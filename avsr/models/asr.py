@@ -47,6 +47,7 @@ from avsr.decode.beam_search import DecodeConfig, batch_beam_search
 from avsr.decode.hypothesis import Hypothesis
 from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
 from avsr.nn.decoder import TransformerDecoder, TransformerDecoderConfig
+from avsr.nn.precision import fp32_context
 
 __all__ = ["AVSRModel", "AVSRModelConfig", "label_smoothing_loss"]
 
@@ -297,18 +298,27 @@ class AVSRModel(nn.Module):
         ``(B, 1, T, H, W)`` features at 25 frames/s with ``lengths (B,)`` valid frames (see
         :meth:`avsr.encoder.AVHubertEncoder.forward`, whose errors it raises). ``video_features``: the video
         front-end's output ``(B, D, T)`` computed earlier (``encoder.encode_video``), used instead of
-        ``video``.
+        ``video``. The output is float32 also when the encoder ran under a bfloat16 autocast (see
+        :mod:`avsr.nn.precision`).
         """
         if video_features is not None:
             enc, enc_lens, _ = self.encoder({"audio": audio, "video": None}, lengths,
                                             video_features=video_features)
         else:
             enc, enc_lens, _ = self.encoder({"audio": audio, "video": video}, lengths)
-        return enc, enc_lens.to(enc.device, torch.long)
+        return enc.float(), enc_lens.to(enc.device, torch.long)
 
     def ctc_log_probs(self, enc: Tensor) -> Tensor | None:
-        """CTC log-probabilities ``(B, T, V)`` float32 of an encoder output ``(B, T, D)`` (None: no CTC)."""
-        return torch.log_softmax(self.ctc_lo(enc).float(), dim=-1) if self.ctc_lo is not None else None
+        """CTC log-probabilities ``(B, T, V)`` float32 of an encoder output ``(B, T, D)`` (None: no CTC head,
+        ``ctc_weight == 0``).
+
+        The projection ``ctc_lo`` and the log-softmax are computed in float32 even under autocast (bfloat16
+        logits would be rounded to 1/256 of their magnitude, e.g. steps of 1/8 at 20).
+        """
+        if self.ctc_lo is None:
+            return None
+        with fp32_context(enc.device):
+            return torch.log_softmax(self.ctc_lo(enc.float()), dim=-1)
 
     def search_config(self, config: DecodeConfig | None = None, **overrides: Any) -> DecodeConfig:
         """``config`` (or :meth:`default_decode_options` when None) with ``overrides`` applied.
@@ -362,7 +372,9 @@ class AVSRModel(nn.Module):
 
     def _targets(self, ys_pad: Tensor, ys_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Check targets; return ``ys (B, L)`` (padding -> ignore_id), ``ys_in (B, L+1)`` (sos + ys, padded
-        with eos) and ``ys_out (B, L+1)`` (ys + eos, padded with ignore_id)."""
+        with eos) and ``ys_out (B, L+1)`` (ys + eos, padded with ignore_id). On CPU an invalid target raises
+        ValueError naming the batch item; on an accelerator the check runs on the device without stopping
+        the host (``torch._assert_async``: a RuntimeError at a later synchronisation)."""
         b, length = ys_pad.shape
         if ys_lens.shape != (b,):
             raise ValueError(f"ys_lens must be ({b},), got {tuple(ys_lens.shape)}")
@@ -371,7 +383,10 @@ class AVSRModel(nn.Module):
         special = [i for i in (self.blank, self.sos, self.eos, self.pad) if i is not None]
         out_of_range = (ys_pad < 0) | (ys_pad >= self.vocab_size)
         bad = ~pad & (out_of_range | torch.isin(ys_pad, ys_pad.new_tensor(special)))
-        if bool(bad.any()) or bool((ys_lens > length).any()):
+        if ys_pad.device.type != "cpu":  # no host synchronisation per step: checked on the device
+            torch._assert_async(~bad.any() & ~(ys_lens > length).any(),
+                                "invalid target: an id outside 0..V-1 or special, or ys_lens > L")
+        elif bool(bad.any()) or bool((ys_lens > length).any()):
             u = int(bad.any(1).nonzero()[0]) if bool(bad.any()) else int((ys_lens > length).nonzero()[0])
             raise ValueError(
                 f"target of batch item {u} is invalid: ids must lie in 0..{self.vocab_size - 1} and not be a "
@@ -386,7 +401,7 @@ class AVSRModel(nn.Module):
 
     def forward(
         self, audio: Tensor | None, video: Tensor | None, lengths: Tensor, ys_pad: Tensor, ys_lens: Tensor
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """Hybrid CTC/attention loss of a batch.
 
         Args:
@@ -397,9 +412,14 @@ class AVSRModel(nn.Module):
             ys_lens: ``(B,)`` int64 target lengths.
 
         Returns:
-            ``loss`` (scalar, differentiable) and ``stats``: floats ``loss``, ``loss_ctc``, ``loss_att``,
-            ``acc`` (attention token accuracy, eos included); a part the model does not have (CTC-only or
-            attention-only model) is ``nan``.
+            ``loss`` (scalar float32, differentiable) and ``stats``: detached scalar float32 tensors on the
+            loss's device (no host synchronisation; the trainer averages them and reads them once per log
+            interval) ``loss``, ``loss_ctc``, ``loss_att``, ``acc`` (attention token accuracy, eos
+            included); a part the model does not have (CTC-only or attention-only model) is ``nan``.
+
+        Precision: under a caller's bfloat16 autocast (:func:`avsr.nn.precision.autocast_context`) the
+        encoder and the decoder run in bfloat16; the CTC projection, log-softmax and loss and the attention
+        loss's log-softmax are computed in float32.
 
         Raises:
             ValueError: a target id outside ``0..V-1`` or special (blank, sos/eos, pad), or a target length
@@ -408,28 +428,29 @@ class AVSRModel(nn.Module):
         """
         ys, ys_in, ys_out = self._targets(ys_pad, ys_lens)
         enc, enc_lens = self.encode(audio, video, lengths)
-        nan = float("nan")
-        loss_ctc = loss_att = None
-        acc = nan
+        loss_ctc = loss_att = acc = None
         if self.ctc_lo is not None:
-            logp = torch.log_softmax(self.ctc_lo(enc).float(), dim=-1).transpose(0, 1)
-            loss_ctc = F.ctc_loss(
-                logp,
-                ys.clamp(min=0),
-                enc_lens,
-                ys_lens.to(enc_lens),
-                blank=self.blank,
-                reduction="sum",
-                zero_infinity=True,
-            ) / enc.size(0)
+            with fp32_context(enc.device):  # CTC in float32 under any autocast
+                loss_ctc = F.ctc_loss(
+                    self.ctc_log_probs(enc).transpose(0, 1),
+                    ys.clamp(min=0),
+                    enc_lens,
+                    ys_lens.to(enc_lens),
+                    blank=self.blank,
+                    reduction="sum",
+                    zero_infinity=True,
+                ) / enc.size(0)
         if self.decoder is not None:
             mask = torch.arange(enc.size(1), device=enc.device)[None, :] < enc_lens[:, None]
             logits = self.decoder(ys_in, enc, mask)
-            loss_att = label_smoothing_loss(
-                logits, ys_out, self.conf.lsm_weight, self.ignore_id, self.conf.length_normalized_loss
-            )
-            valid = ys_out != self.ignore_id
-            acc = float((logits.argmax(-1) == ys_out)[valid].float().mean())
+            with fp32_context(enc.device):
+                loss_att = label_smoothing_loss(
+                    logits, ys_out, self.conf.lsm_weight, self.ignore_id, self.conf.length_normalized_loss
+                )
+            with torch.no_grad():
+                valid = ys_out != self.ignore_id
+                correct = (logits.argmax(-1) == ys_out) & valid
+                acc = correct.sum() / valid.sum().clamp(min=1)
         w = self.ctc_weight
         if loss_ctc is None:
             loss = loss_att
@@ -437,11 +458,12 @@ class AVSRModel(nn.Module):
             loss = loss_ctc
         else:
             loss = w * loss_ctc + (1.0 - w) * loss_att
+        nan = torch.full((), float("nan"), device=loss.device)
         stats = {
-            "loss": float(loss.detach()),
-            "loss_ctc": float(loss_ctc.detach()) if loss_ctc is not None else nan,
-            "loss_att": float(loss_att.detach()) if loss_att is not None else nan,
-            "acc": acc,
+            "loss": loss.detach(),
+            "loss_ctc": loss_ctc.detach() if loss_ctc is not None else nan,
+            "loss_att": loss_att.detach() if loss_att is not None else nan,
+            "acc": acc.float() if acc is not None else nan,
         }
         return loss, stats
 

@@ -312,7 +312,7 @@ class AVHubertPretrainModel(nn.Module):
         return audio, video, union
 
     def forward(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor, labels: Sequence[Tensor]
-                ) -> tuple[Tensor, dict[str, float]]:
+                ) -> tuple[Tensor, dict[str, Tensor]]:
         """Masked cluster prediction loss of a batch (in train and eval mode alike masks are drawn, from the
         global RNG, as the original's validation; modality dropout and dropouts only in training).
 
@@ -324,7 +324,8 @@ class AVHubertPretrainModel(nn.Module):
                 (``T_label ~= T * label_rate / 25``), padded with -1; -1 frames are ignored.
 
         Returns:
-            ``loss`` (scalar float32, differentiable) and ``stats`` (floats): ``loss``, ``loss_masked`` and
+            ``loss`` (scalar float32, differentiable) and ``stats`` (detached scalar float32 tensors on the
+            loss's device, read by the trainer once per log interval): ``loss``, ``loss_masked`` and
             ``loss_unmasked`` (mean cross-entropy per labelled frame, summed over label sets),
             ``loss_features_pen`` (``loss_weights[0] * features_pen``), ``acc_masked``, ``acc_unmasked``
             (argmax accuracy over labelled frames of all sets; nan without such frames), ``n_masked``,
@@ -366,7 +367,8 @@ class AVHubertPretrainModel(nn.Module):
         masked, unmasked = mask & ~padding, ~mask & ~padding
         w_m, w_u = c.pred_masked_weight, c.pred_nomask_weight
         loss = proj.new_zeros((), dtype=torch.float32)
-        sums = {"loss_m": 0.0, "loss_u": 0.0, "cor_m": 0, "cnt_m": 0, "cor_u": 0, "cnt_u": 0}
+        # statistics as tensors (no host synchronisation): summed cross-entropies, correct and labelled frames
+        loss_m = loss_u = cor_m = cor_u = cnt_m = cnt_u = loss.new_zeros(())
         with torch.autocast(device.type, enabled=False):
             for i, (p, tgt) in enumerate(zip(projs, targets)):
                 if w_u > 0:  # one call over all frames (one memory update per step)
@@ -380,27 +382,26 @@ class AVHubertPretrainModel(nn.Module):
                         lg_u, t_u = self._logits(i, p[unmasked], tgt[unmasked]), tgt[unmasked]
                 ce_m = F.cross_entropy(lg_m, t_m, ignore_index=-1, reduction="sum")
                 ce_u = F.cross_entropy(lg_u, t_u, ignore_index=-1, reduction="sum")
-                n_m, n_u = int((t_m >= 0).sum()), int((t_u >= 0).sum())
-                size = (n_m if w_m > 0 else 0) + (n_u if w_u > 0 else 0)
-                loss = loss + (w_m * ce_m + (w_u * ce_u if w_u > 0 else 0.0)) / max(size, 1)
-                sums["loss_m"] += float(ce_m.detach()) / max(n_m, 1)
-                sums["loss_u"] += float(ce_u.detach()) / max(n_u, 1)
+                n_m, n_u = (t_m >= 0).sum(), (t_u >= 0).sum()
+                size = n_m * (w_m > 0) + n_u * (w_u > 0)
+                loss = loss + (w_m * ce_m + (w_u * ce_u if w_u > 0 else 0.0)) / size.clamp(min=1)
                 with torch.no_grad():
-                    sums["cor_m"] += int((lg_m.argmax(-1) == t_m).sum()) if n_m else 0
-                    sums["cor_u"] += int((lg_u.argmax(-1) == t_u).sum()) if n_u else 0
-                sums["cnt_m"] += n_m
-                sums["cnt_u"] += n_u
+                    loss_m = loss_m + ce_m / n_m.clamp(min=1)
+                    loss_u = loss_u + ce_u / n_u.clamp(min=1)
+                    cor_m = cor_m + ((lg_m.argmax(-1) == t_m) & (t_m >= 0)).sum()
+                    cor_u = cor_u + ((lg_u.argmax(-1) == t_u) & (t_u >= 0)).sum()
+                cnt_m, cnt_u = cnt_m + n_m, cnt_u + n_u
             pen = c.loss_weights[0] * emb.features_pen.float() if c.loss_weights else loss.new_zeros(())
             loss = loss + pen
-        nan = float("nan")
+        nan = torch.full((), float("nan"), device=loss.device)
         stats = {
-            "loss": float(loss.detach()),
-            "loss_masked": sums["loss_m"],
-            "loss_unmasked": sums["loss_u"],
-            "loss_features_pen": float(pen.detach()),
-            "acc_masked": sums["cor_m"] / sums["cnt_m"] if sums["cnt_m"] else nan,
-            "acc_unmasked": sums["cor_u"] / sums["cnt_u"] if sums["cnt_u"] else nan,
-            "n_masked": float(masked.sum()),
-            "n_unmasked": float(unmasked.sum()),
+            "loss": loss.detach(),
+            "loss_masked": loss_m,
+            "loss_unmasked": loss_u,
+            "loss_features_pen": pen.detach(),
+            "acc_masked": torch.where(cnt_m > 0, cor_m / cnt_m.clamp(min=1), nan),
+            "acc_unmasked": torch.where(cnt_u > 0, cor_u / cnt_u.clamp(min=1), nan),
+            "n_masked": masked.sum().float(),
+            "n_unmasked": unmasked.sum().float(),
         }
         return loss, stats

@@ -29,7 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from avsr.nn.transformer import get_activation_fn
+from avsr.nn.precision import fp32_context
+from avsr.nn.transformer import attention, get_activation_fn
 
 __all__ = [
     "TransformerDecoderConfig",
@@ -246,7 +247,7 @@ class MultiheadAttention(nn.Module):
         """
         qh = self.heads(self.q_proj(q))
         p = self.dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(qh, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
+        out = attention(qh, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
         return self.out_proj(out.transpose(1, 2).flatten(2))
 
 
@@ -377,9 +378,12 @@ class TransformerDecoder(nn.Module):
         return self.dropout(x + sinusoidal_positions(pos, x.size(-1)).to(x.dtype))
 
     def _output(self, x: Tensor) -> Tensor:
+        """Final LayerNorm (pre-LN) and the output projection, the latter in float32 under any autocast:
+        ``(..., D) -> (..., V)`` float32 logits (bfloat16 logits would be rounded to 1/256 of their size)."""
         if self.layer_norm is not None:
             x = self.layer_norm(x)
-        return self.output_projection(x)
+        with fp32_context(x.device):
+            return self.output_projection(x.float())
 
     def forward(self, tokens: Tensor, memory: Tensor, memory_mask: Tensor) -> Tensor:
         """Teacher-forced pass.
@@ -391,7 +395,8 @@ class TransformerDecoder(nn.Module):
             memory_mask: ``(B, T)`` bool, True on valid frames (each row needs at least one).
 
         Returns:
-            ``(B, L, V)`` logits (unnormalised) of the next token at each position.
+            ``(B, L, V)`` float32 logits (unnormalised) of the next token at each position (float32 also
+            under a bfloat16 autocast, which the layers run in).
         """
         mask = memory_mask[:, None, None, :]
         x = self._embed(tokens, 0)
@@ -445,4 +450,4 @@ class TransformerDecoder(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer.step(x, state, i)
         state.length += 1
-        return torch.log_softmax(self._output(x[:, 0]).float(), dim=-1), state
+        return torch.log_softmax(self._output(x[:, 0]), dim=-1), state

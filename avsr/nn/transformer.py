@@ -9,6 +9,11 @@ fairseq's so that state-dict keys map 1:1: ``pos_conv.0.weight_g``/``weight_v``/
 
 Tensors are batch-first here, ``(B, T, D)``; fairseq works time-first internally, which changes no result.
 Attention is computed by :func:`torch.nn.functional.scaled_dot_product_attention`.
+
+Activation checkpointing (fairseq's ``checkpoint_activations``, which wraps every encoder layer in
+``checkpoint_wrapper``): :class:`TransformerEncoder` can keep only each layer's input in training and
+recompute the layer in the backward pass (:func:`torch.utils.checkpoint.checkpoint`, non-reentrant, the RNG
+state of dropout restored so the recomputation draws the same masks).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 __all__ = [
     "ACTIVATIONS",
@@ -26,6 +32,7 @@ __all__ = [
     "WeightNormConv1d",
     "SamePad",
     "ConvPositionalEmbedding",
+    "attention",
     "MultiheadSelfAttention",
     "TransformerEncoderLayer",
     "TransformerEncoder",
@@ -135,6 +142,35 @@ class ConvPositionalEmbedding(nn.Sequential):
         return super().forward(x.transpose(1, 2)).transpose(1, 2)
 
 
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
+              dropout_p: float = 0.0, is_causal: bool = False) -> torch.Tensor:
+    """:func:`torch.nn.functional.scaled_dot_product_attention` (scale ``head_dim ** -0.5``), with one
+    precision rule: on CPU, bfloat16 inputs that will be differentiated are attended in float32.
+
+    PyTorch's CPU kernel for the backward pass of bfloat16 attention is 3-5x slower than the float32 one
+    (torch 2.14; while its forward is faster), so under a bfloat16 autocast the training step computes
+    attention in float32 -- more exact and faster; the output is cast back to the inputs' dtype. In
+    inference and on GPUs the inputs' dtype is kept.
+
+    Args:
+        q, k, v: ``(B, H, L, Dh)``, ``(B, H, S, Dh)``, ``(B, H, S, Dh)`` float.
+        attn_mask: bool ``(B, 1, 1|L, S)``, True where attending is allowed, or None.
+        dropout_p: dropout on the attention weights.
+        is_causal: causal mask (``L == S``).
+
+    Returns:
+        ``(B, H, L, Dh)`` in ``q``'s dtype.
+    """
+    if (q.device.type == "cpu" and q.dtype == torch.bfloat16 and torch.is_grad_enabled()
+            and (q.requires_grad or k.requires_grad or v.requires_grad)):
+        with torch.autocast("cpu", enabled=False):
+            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=attn_mask,
+                                                 dropout_p=dropout_p, is_causal=is_causal)
+        return out.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p,
+                                          is_causal=is_causal)
+
+
 class MultiheadSelfAttention(nn.Module):
     """Multi-head self-attention with separate q/k/v/out projections (fairseq ``MultiheadAttention`` names).
 
@@ -180,7 +216,7 @@ class MultiheadSelfAttention(nn.Module):
 
         q, k, v = heads(self.q_proj(x)), heads(self.k_proj(x)), heads(self.v_proj(x))
         p = self.attention_dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
+        y = attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
         return self.out_proj(y.transpose(1, 2).reshape(b, t, d))
 
 
@@ -254,6 +290,9 @@ class TransformerEncoder(nn.Module):
         conv_pos, conv_pos_groups: kernel size and groups of the positional convolution.
         activation_fn: see :data:`ACTIVATIONS`.
         layer_norm_first: pre-LN (True) or post-LN (False) layers.
+        checkpoint_activations: in training with gradients, store only each layer's input and recompute the
+            layer during the backward pass (less memory, about one more forward pass of the layers in time;
+            same values and gradients). Attribute of the same name.
     """
 
     def __init__(
@@ -270,8 +309,10 @@ class TransformerEncoder(nn.Module):
         conv_pos_groups: int = 16,
         activation_fn: str = "gelu",
         layer_norm_first: bool = False,
+        checkpoint_activations: bool = False,
     ) -> None:
         super().__init__()
+        self.checkpoint_activations = checkpoint_activations
         self.embedding_dim = embed_dim
         self.dropout = dropout
         self.layerdrop = layerdrop
@@ -304,13 +345,20 @@ class TransformerEncoder(nn.Module):
         if drop is not None and not compiling:
             drop = drop.tolist()  # one host sync; skipped layers then cost nothing
         outputs: list[torch.Tensor] = []
+        recompute = self.checkpoint_activations and self.training and torch.is_grad_enabled()
+
+        def run(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+            if recompute:
+                return checkpoint(layer, x, attn_mask, use_reentrant=False)
+            return layer(x, attn_mask)
+
         for i, layer in enumerate(self.layers[:num_layers]):
             if drop is None:
-                x = layer(x, attn_mask)
+                x = run(layer, x)
             elif compiling:  # branch-free under torch.compile: same values, no graph break
-                x = torch.where(drop[i].to(x.device), x, layer(x, attn_mask))
+                x = torch.where(drop[i].to(x.device), x, run(layer, x))
             elif not drop[i]:
-                x = layer(x, attn_mask)
+                x = run(layer, x)
             if collect:
                 outputs.append(x)
         return x, outputs

@@ -32,6 +32,7 @@ from avsr.data.dataset import (
     collate,
 )
 from avsr.encoder import AVHubertEncoder
+from avsr.nn.precision import autocast_context, check_precision
 from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
 from avsr.train.curves import TrainingCurves
 
@@ -73,7 +74,16 @@ class TrainConfig:
             video together (ESPnet's ``speed_perturb_factors``, e.g. ``[0.9, 1.0, 1.1]``; null: none).
         seed: seed of initialisation, data order and augmentation.
         num_workers: DataLoader worker processes (0 loads in the main process, with a cache).
-        use_amp: bfloat16 autocast on CUDA.
+        use_amp: bfloat16 autocast on CUDA (only when ``precision`` is null).
+        precision: ``fp32`` or ``bf16`` (bfloat16 autocast of the forward pass on any device, see
+            :mod:`avsr.nn.precision`; CTC, log-softmax statistics, pretraining logits and the momentum
+            label memory stay float32, as do parameters, gradients and optimizer state); null: ``bf16`` on
+            CUDA when ``use_amp``, else ``fp32``.
+        compile: ``torch.compile`` the model's heavy parts (:func:`compile_model`) with dynamic shapes, so
+            that batches of other sizes reuse the compiled code; the first batches (training, validation)
+            pay the compilation (see the README's "Performance" section for what it costs and gains).
+        checkpoint_activations: recompute each encoder transformer layer in the backward pass instead of
+            storing its activations (fairseq's option of that name; less memory, more time, same result).
         keep_nbest: number of last epoch checkpoints kept on disk (the rest are deleted).
         log_interval: optimiser steps between log lines.
         freeze_finetune_updates: optimiser steps at the start during which the encoder is frozen (no
@@ -102,10 +112,56 @@ class TrainConfig:
     seed: int = 0
     num_workers: int = 0
     use_amp: bool = True
+    precision: str | None = None
+    compile: bool = False
+    checkpoint_activations: bool = False
     keep_nbest: int = 5
     log_interval: int = 20
     freeze_finetune_updates: int = 0
     valid_interval: int = 1
+
+    def __post_init__(self) -> None:
+        """Check the speed options. Raises ValueError naming the key (from_dict adds the file)."""
+        if self.precision is not None:
+            check_precision(self.precision, "precision")
+        for key in ("compile", "checkpoint_activations", "use_amp"):
+            if not isinstance(getattr(self, key), bool):
+                raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
+
+    def resolved_precision(self, device: torch.device) -> str:
+        """``precision``, or when null the ``use_amp`` rule: ``bf16`` on CUDA if ``use_amp``, else fp32."""
+        if self.precision is not None:
+            return self.precision
+        return "bf16" if self.use_amp and device.type == "cuda" else "fp32"
+
+
+def compile_model(model: torch.nn.Module, backend: str = "inductor") -> torch.nn.Module:
+    """``torch.compile`` the parts of an avsr model that carry the computation, in place; returns ``model``.
+
+    Compiled (``nn.Module.compile``, so parameter names and state-dict keys stay the same): the encoder's
+    video and audio front-ends and its transformer (:class:`avsr.encoder.AVHubertEncoder`), and the
+    attention decoder when there is one. The glue between them (input checks, modality handling, fusion,
+    masking, losses) stays eager: it differs between audio-only, video-only and audio-visual batches and
+    between models (ASR, pretraining), while each compiled part sees one kind of input. Shapes: PyTorch's
+    automatic dynamic shapes -- the first batch compiles for its shapes, the first batch of another size
+    recompiles once with the sizes that changed (batch size, length) symbolic, and later batches reuse that
+    code; sizes that never change (feature dims, 88x88 frames) stay static. So each part compiles about
+    twice per mode (training, evaluation). ``backend`` is passed to ``torch.compile`` (``aot_eager`` traces
+    the same graphs without generating code, as the tests do).
+    """
+    encoder = getattr(model, "encoder", None)
+    parts = []
+    if isinstance(encoder, AVHubertEncoder):
+        parts += [encoder.feature_extractor_video, encoder.feature_extractor_audio, encoder.encoder]
+    elif encoder is not None:
+        parts.append(encoder)
+    if getattr(model, "decoder", None) is not None:
+        parts.append(model.decoder)
+    if not parts:
+        parts.append(model)
+    for part in parts:
+        part.compile(backend=backend)
+    return model
 
 
 def load_train_config(path: str | os.PathLike) -> tuple[TrainConfig, dict]:
@@ -184,6 +240,13 @@ def lr_lambda(step: int, warmup: int, total: int, final_scale: float) -> float:
     return final_scale + (1 - final_scale) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def _accumulate(sums: dict[str, torch.Tensor], stats: dict) -> None:
+    """``sums[k] += stats[k]`` for every statistic, kept as tensors (floats are turned into tensors)."""
+    for k, v in stats.items():
+        v = v.detach() if torch.is_tensor(v) else torch.tensor(float(v))
+        sums[k] = sums[k] + v if k in sums else v.clone()
+
+
 def _dist_info() -> tuple[int, int, int]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -196,8 +259,9 @@ class Trainer:
 
     Args:
         model: a module whose ``forward(*[batch[k] for k in model.batch_keys]) -> (loss, stats dict of
-            floats)``; without ``batch_keys`` the arguments are AVSRModel's ``(audio, video, lengths, ys_pad,
-            ys_lens)``. A pretraining model names ``("audio", "video", "lengths", "labels")``.
+            scalar tensors or floats)``; without ``batch_keys`` the arguments are AVSRModel's ``(audio,
+            video, lengths, ys_pad, ys_lens)``. A pretraining model names ``("audio", "video", "lengths",
+            "labels")``.
         model_config: the dict the model was built from (saved in checkpoints so they rebuild the model).
         train_set, valid_set: :class:`AVDataset` s with a tokenizer (ASR) or label sets (pretraining).
         cfg: loop settings.
@@ -259,6 +323,7 @@ class Trainer:
             collate_fn=collate,
             num_workers=cfg.num_workers,
             persistent_workers=cfg.num_workers > 0,
+            pin_memory=self.device.type == "cuda",  # asynchronous host-to-GPU copies (_to)
         )
         self.valid_loader = torch.utils.data.DataLoader(
             valid_set, batch_sampler=self.valid_sampler, collate_fn=collate
@@ -275,7 +340,11 @@ class Trainer:
         )
         self.epoch = 0
         self.step = 0
-        self.amp = cfg.use_amp and self.device.type == "cuda"
+        self.precision = cfg.resolved_precision(self.device)
+        if isinstance(encoder, AVHubertEncoder):
+            encoder.checkpoint_activations = cfg.checkpoint_activations
+        if cfg.compile:
+            compile_model(self.model)
 
     @property
     def is_main(self) -> bool:
@@ -302,7 +371,7 @@ class Trainer:
 
     def _forward(self, batch: dict, model) -> tuple[torch.Tensor, dict]:
         keys = getattr(self.model, "batch_keys", ASR_BATCH_KEYS)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.amp):
+        with autocast_context(self.device, self.precision):
             return model(*[batch[k] for k in keys])
 
     def _set_encoder_frozen(self) -> None:
@@ -312,12 +381,20 @@ class Trainer:
             encoder.requires_grad_(self.step >= self.cfg.freeze_finetune_updates)
 
     def train_epoch(self) -> dict:
-        """One pass over the training data; returns the mean of the batch statistics."""
+        """One pass over the training data; returns the mean of the batch statistics (floats).
+
+        The statistics stay tensors on the device during the epoch (no host synchronisation per batch):
+        they are read once per ``log_interval`` optimiser steps (log line, progress bar) and at the end.
+        The loss of every batch is checked for being finite at the same points: a non-finite loss raises
+        :class:`FloatingPointError` naming the first such batch (its step and utterances); the run stops
+        there, before any checkpoint of that epoch is written.
+        """
         self.model.train()
         self.sampler.set_epoch(self.epoch)
         self.train_set.set_epoch(self.epoch)
-        sums: dict[str, float] = {}
+        sums: dict[str, torch.Tensor] = {}
         n = 0
+        pending: list[tuple[torch.Tensor, int, list[str]]] = []  # (loss is finite, step, utt ids), unchecked
         bar = tqdm(
             self.loader,
             desc=f"epoch {self.epoch + 1}/{self.cfg.max_epoch}",
@@ -330,12 +407,9 @@ class Trainer:
             self._set_encoder_frozen()
             batch = self._to(batch)
             loss, stats = self._forward(batch, self.ddp)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(
-                    f"non-finite loss at epoch {self.epoch + 1}, step {self.step}: "
-                    f"utterances {batch['utt_ids'][:4]}..."
-                )
+            pending.append((torch.isfinite(loss.detach()), self.step, batch["utt_ids"][:4]))
             (loss / self.cfg.accum_grad).backward()
+            logged = False
             if (i + 1) % self.cfg.accum_grad == 0:
                 if self.cfg.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
@@ -343,33 +417,42 @@ class Trainer:
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.step += 1
-                if self.is_main and self.step % self.cfg.log_interval == 0:
-                    logger.info(
-                        "epoch %d step %d lr %.2e %s",
-                        self.epoch + 1,
-                        self.step,
-                        self.scheduler.get_last_lr()[0],
-                        " ".join(f"{k} {v:.3f}" for k, v in stats.items()),
-                    )
-            for k, v in stats.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
+                logged = self.step % self.cfg.log_interval == 0
+            _accumulate(sums, stats)
             n += 1
-            acc = stats.get("acc", stats.get("acc_masked", float("nan")))
-            bar.set_postfix(loss=f"{float(stats['loss']):.3f}", acc=f"{float(acc):.3f}")
-        return {k: v / max(1, n) for k, v in sums.items()}
+            if logged:
+                self._check_finite(pending)
+                values = {k: float(v) for k, v in stats.items()}
+                if self.is_main:
+                    logger.info("epoch %d step %d lr %.2e %s", self.epoch + 1, self.step,
+                                self.scheduler.get_last_lr()[0],
+                                " ".join(f"{k} {v:.3f}" for k, v in values.items()))
+                acc = values.get("acc", values.get("acc_masked", float("nan")))
+                bar.set_postfix(loss=f"{values['loss']:.3f}", acc=f"{acc:.3f}", refresh=False)
+        self._check_finite(pending)
+        return {k: float(v) / max(1, n) for k, v in sums.items()}
+
+    def _check_finite(self, pending: list[tuple[torch.Tensor, int, list[str]]]) -> None:
+        """Raise FloatingPointError naming the first pending batch whose loss is not finite; else clear
+        ``pending``."""
+        if pending and not bool(torch.stack([f for f, _, _ in pending]).all()):
+            _, step, utts = next(p for p in pending if not bool(p[0]))
+            raise FloatingPointError(
+                f"non-finite loss at epoch {self.epoch + 1}, step {step}: utterances {utts}..."
+            )
+        pending.clear()
 
     @torch.no_grad()
     def validate(self) -> dict:
         """Teacher-forced loss and token accuracy on the validation set (audio-visual input)."""
         self.model.eval()
-        sums: dict[str, float] = {}
+        sums: dict[str, torch.Tensor] = {}
         n = 0
         for batch in self.valid_loader:
             _, stats = self._forward(self._to(batch), self.model)
-            for k, v in stats.items():
-                sums[k] = sums.get(k, 0.0) + float(v)
+            _accumulate(sums, stats)
             n += 1
-        return {k: v / max(1, n) for k, v in sums.items()}
+        return {k: float(v) / max(1, n) for k, v in sums.items()}
 
     def should_validate(self, epoch: int) -> bool:
         """Whether to validate after (1-based) ``epoch``: see ``TrainConfig.valid_interval``."""

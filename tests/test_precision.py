@@ -1,0 +1,200 @@
+"""Precision and speed options: bf16 autocast, torch.compile, channels-last video, activation checkpointing.
+
+Tolerances. bfloat16 keeps 8 significant bits, so every rounding has a relative error up to 2**-9 (0.2%);
+through the front-ends, a transformer layer and a decoder layer the errors add up to about 1% of a tensor's
+norm (the BASE encoder: output 1.1%, gradients of the transformer and audio parameters 1%; measured by
+``benchmarks/bench_encoder.py``). The tests allow 3% for outputs and the loss, and 10% for gradients. The
+gradients of the video ResNet are the exception: on random video they are ill-conditioned (rounding only the
+input video to bfloat16 in an otherwise float32 run moves them by ~10% in the BASE model), so they are
+compared with that yardstick rather than a fixed bound. Compiled float32 code changes only the order of
+float operations: 1e-4 relative.
+"""
+
+import copy
+
+import pytest
+import torch
+
+from avsr.config import ConfigError
+from avsr.encoder import AVHubertEncoder
+from avsr.models.asr import AVSRModel
+from avsr.nn.precision import PRECISIONS, autocast_context, check_precision, fp32_context
+from avsr.train.trainer import TrainConfig, compile_model, load_train_config
+
+ENC = dict(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_attention_heads=2,
+           conv_pos=4, conv_pos_groups=2, resnet_widths=[4, 4, 8, 8], dropout=0.0, dropout_input=0.0,
+           attention_dropout=0.0, activation_dropout=0.0, encoder_layerdrop=0.0, modality_dropout=0.0)
+DEC = dict(decoder_layers=1, decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_attention_heads=2,
+           dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+HW = 24
+
+
+def batch(t: int = 12, seed: int = 0, video: bool = True) -> tuple:
+    g = torch.Generator().manual_seed(seed)
+    audio = torch.randn(3, 104, t, generator=g)
+    frames = torch.randn(3, 1, t, HW, HW, generator=g) if video else None
+    lengths = torch.tensor([t, t - 3, t - 5])
+    ys = torch.tensor([[1, 2, 3, 4], [5, 6, 7, -1], [2, 8, -1, -1]])
+    return audio, frames, lengths, ys, torch.tensor([4, 3, 2])
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """||a - b|| / ||b|| in float32."""
+    a, b = a.detach().float(), b.detach().float()
+    return float((a - b).norm() / b.norm())
+
+
+def loss_and_grads(model: torch.nn.Module, inputs: tuple, precision: str = "fp32") -> tuple:
+    model.train()
+    model.zero_grad(set_to_none=True)
+    with autocast_context("cpu", precision):
+        loss, stats = model(*inputs)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), stats, grads
+
+
+def grad_rel(grads: dict, ref: dict, video: bool) -> float:
+    """Relative difference of the video front-end's gradients (video=True) or of all the others."""
+    keys = [k for k in ref if k.startswith("encoder.feature_extractor_video") == video]
+    return rel(torch.cat([grads[k].flatten() for k in keys]), torch.cat([ref[k].flatten() for k in keys]))
+
+
+def test_precision_names_and_contexts():
+    assert PRECISIONS == ("fp32", "bf16") and check_precision("bf16") == "bf16"
+    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'bf16'\], got 'fp16'"):
+        check_precision("fp16")
+    with pytest.raises(ValueError, match="fp16"):
+        autocast_context("cpu", "fp16")
+    x, w = torch.randn(2, 4), torch.randn(3, 4)
+    with autocast_context("cpu", "bf16"):
+        assert torch.nn.functional.linear(x, w).dtype == torch.bfloat16
+        with autocast_context("cpu", "fp32"):  # fp32 switches an enclosing autocast off
+            assert torch.nn.functional.linear(x, w).dtype == torch.float32
+        with fp32_context(torch.device("cpu")):
+            assert torch.nn.functional.linear(x, w).dtype == torch.float32
+    with autocast_context("cuda:0", "fp32"):  # only the device type matters; no GPU needed to build it
+        assert torch.nn.functional.linear(x, w).dtype == torch.float32
+
+
+@pytest.mark.parametrize("channels_last", [None, False])
+def test_encoder_under_a_callers_autocast(channels_last):
+    torch.manual_seed(0)
+    enc = AVHubertEncoder(**ENC)
+    enc.channels_last = channels_last  # None: channels-last under bf16 autocast (the default)
+    audio, video, lengths, _, _ = batch()
+    xs = {"audio": audio, "video": video}
+    resnet = enc.feature_extractor_video.resnet
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert resnet.use_channels_last(video) == (channels_last is None)
+    assert not resnet.use_channels_last(video)  # float32: the original layout
+    enc.eval()
+    with torch.no_grad():
+        ref, _, _ = enc(xs, lengths)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, olens, _ = enc(xs, lengths)
+    assert out.dtype == torch.bfloat16 and torch.equal(olens, lengths)
+    valid = torch.arange(12)[None, :] < lengths[:, None]
+    assert rel(out[valid], ref[valid]) < 3e-2
+    enc.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        hidden, _, _ = enc(xs, lengths)
+    hidden.float().sum().backward()
+    grads = [p.grad for p in enc.parameters() if p.requires_grad]
+    assert all(g is not None and g.dtype == torch.float32 and torch.isfinite(g).all() for g in grads)
+
+
+def test_channels_last_video_front_end_and_checkpointing_keep_the_values():
+    torch.manual_seed(0)
+    enc = AVHubertEncoder(**{**ENC, "dropout": 0.1, "attention_dropout": 0.1})  # dropout: RNG replayed
+    audio, video, lengths, _, _ = batch()
+    xs = {"audio": audio, "video": video}
+    results = []
+    for channels_last, checkpoint in [(False, False), (True, False), (False, True)]:
+        enc.channels_last, enc.checkpoint_activations = channels_last, checkpoint
+        enc.zero_grad(set_to_none=True)
+        torch.manual_seed(1)
+        hidden, _, _ = enc(xs, lengths)
+        hidden.pow(2).sum().backward()
+        results.append((hidden.detach(), [p.grad.clone() for p in enc.parameters()]))
+    (ref, ref_grads), *others = results
+    for out, grads in others:  # float32 in another summation order: 1e-5 of the norms
+        assert rel(out, ref) < 1e-5
+        flat = torch.cat([g.flatten() for g in grads])
+        assert rel(flat, torch.cat([r.flatten() for r in ref_grads])) < 1e-5
+
+
+def test_bf16_training_step_is_close_to_fp32():
+    torch.manual_seed(0)
+    model = AVSRModel(10, ENC, DEC)
+    inputs = batch()
+    ref_loss, _, ref = loss_and_grads(model, inputs)
+    loss, stats, grads = loss_and_grads(model, inputs, "bf16")
+    assert loss.dtype == torch.float32 and torch.isfinite(loss) and set(grads) == set(ref)
+    assert all(v.dtype == torch.float32 for v in stats.values())  # CTC and the losses in float32
+    assert abs(float(loss) - float(ref_loss)) < 3e-2 * abs(float(ref_loss))
+    assert grad_rel(grads, ref, video=False) < 0.1
+    # the video ResNet's gradients: within 4x of what rounding only the input video to bf16 does in fp32
+    audio, video, *rest = inputs
+    _, _, rounded = loss_and_grads(model, (audio, video.bfloat16().float(), *rest))
+    assert grad_rel(grads, ref, video=True) < 4 * max(grad_rel(rounded, ref, video=True), 1e-2)
+
+
+def test_compiled_training_step_matches_eager_and_reuses_code_for_other_lengths():
+    # aot_eager: the graphs torch.compile captures and differentiates, without inductor's C++ codegen (minutes
+    # on 2 shared CPU cores); the dynamic-shape and recompilation logic is the same.
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    torch.manual_seed(0)
+    model = AVSRModel(10, ENC, DEC)
+    compiled = compile_model(copy.deepcopy(model), backend="aot_eager")
+    graphs = []
+    for t in (10, 12, 15, 11):
+        inputs = batch(t, seed=t, video=False)
+        ref_loss, _, ref = loss_and_grads(model, inputs)
+        loss, _, grads = loss_and_grads(compiled, inputs)
+        assert torch.isfinite(loss)
+        torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-6)
+        for name, g in ref.items():
+            torch.testing.assert_close(grads[name], g, rtol=1e-4, atol=1e-6, msg=name)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[-1] == graphs[-2] == graphs[1]  # after one recompile with dynamic lengths: no more
+    # a compiled bf16 step: same closeness to fp32 as eager bf16
+    loss, _, grads = loss_and_grads(compiled, batch(12, seed=12, video=False), "bf16")
+    ref_loss, _, ref = loss_and_grads(model, batch(12, seed=12, video=False))
+    assert abs(float(loss) - float(ref_loss)) < 3e-2 * abs(float(ref_loss))
+    assert grad_rel(grads, ref, video=False) < 0.1
+    # parameter names are unchanged (checkpoints load either way)
+    assert list(compiled.state_dict()) == list(model.state_dict())
+
+
+def test_decoding_under_bf16_autocast_keeps_scores_float32():
+    torch.manual_seed(0)
+    model = AVSRModel(10, ENC, DEC).eval()
+    audio, video, lengths, _, _ = batch()
+    enc, enc_lens = model.encode(audio, video, lengths)
+    with autocast_context("cpu", "bf16"):
+        enc16, _ = model.encode(audio, video, lengths)
+        logp = model.ctc_log_probs(enc16)
+        hyps = model.decode_nbest(audio, video, lengths, beam_size=3, maxlenratio=-3.0)
+    assert enc16.dtype == torch.float32 and rel(enc16, enc) < 3e-2  # encode() hands back float32
+    assert logp.dtype == torch.float32 and torch.allclose(logp.exp().sum(-1), torch.ones(()), atol=1e-5)
+    assert len(hyps) == 3 and all(h and isinstance(h[0].score, float) for h in hyps)
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("precision", "fp16", r"precision must be one of \['fp32', 'bf16'\]"),
+    ("compile", "sometimes", "compile: expected true or false"),
+    ("checkpoint_activations", 1, "checkpoint_activations: expected true or false"),
+])
+def test_train_config_speed_options_are_checked(tmp_path, key, value, match):
+    path = tmp_path / "train.yaml"
+    path.write_text(f"max_epoch: 1\n{key}: {value}\n")
+    with pytest.raises(ConfigError, match=match) as err:
+        load_train_config(path)
+    assert str(path) in str(err.value)
+    assert TrainConfig(precision="bf16").resolved_precision(torch.device("cpu")) == "bf16"
+    assert TrainConfig().resolved_precision(torch.device("cpu")) == "fp32"  # use_amp: bf16 on CUDA only
+    assert TrainConfig(use_amp=True).resolved_precision(torch.device("cuda")) == "bf16"
