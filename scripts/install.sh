@@ -15,7 +15,14 @@ case "${1:-}" in
   *) echo "usage: bash scripts/install.sh [--dev|--video]" >&2; exit 1 ;;
 esac
 
-debs=(festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts)
+# festival and its voices: the SynthGRID corpus speaks English with every festival voice Debian ships
+# (avsr/data/synthgrid/voices.py maps the US English phones onto each voice's phone set). The 8 kHz
+# packages festvox-kallpc8k/kdlpc8k conflict with the 16 kHz ones (apt removes those): narrowband speech
+# comes from band limiting instead (avsr/data/synthgrid/augment.py).
+debs=(festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
+  festvox-italp16k festvox-itapc16k festvox-czech-dita festvox-czech-krb festvox-czech-machac festvox-czech-ph
+  festvox-suopuhe-lj festvox-suopuhe-mv festvox-ru festvox-ca-ona-hts festvox-hi-nsk festvox-mr-nsk
+  festvox-te-nsk)
 missing=()
 for d in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q "install ok installed" || missing+=("$d")
