@@ -19,6 +19,7 @@ envelope, :func:`avsr.data.synthgrid.voices.warp_htsvoice`) through a warped cop
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -154,6 +155,8 @@ SCHEME_HELPERS = r"""
             (utt.relation.items u 'Segment)))
   u)
 (define (avsr_repair u repairs)
+  (avsr_repair_pass u repairs) (avsr_repair_pass u repairs) (avsr_repair_pass u repairs))
+(define (avsr_repair_pass u repairs)
   (mapcar (lambda (s)
             (let ((n (item.next s)) (fix nil))
               (if n (set! fix (assoc_string (string-append (item.name s) "-" (item.name n)) repairs)))
@@ -178,6 +181,12 @@ SCHEME_HELPERS = r"""
             (utt.relation.items u 'Segment))
     (fclose fd)))
 """
+
+
+@functools.lru_cache(maxsize=None)
+def _repairs_scheme(voice: str) -> str:
+    """The Scheme list of a diphone voice's repairs (computed once per process)."""
+    return repairs_scheme(diphone_repairs(VOICES[voice].phone_map, diphone_inventory(voice)))
 
 
 def _hts_params(request: SynthRequest, model: Path | None) -> list[str]:
@@ -213,8 +222,7 @@ def build_script(requests: list[SynthRequest], outdir: Path, models: dict[tuple[
         v = VOICES[name]
         lines.append(f"(set! avsr_map_{name} {v.phone_map.scheme()})")
         if v.engine == "diphone":
-            repairs = diphone_repairs(v.phone_map, diphone_inventory(name))
-            lines.append(f"(set! avsr_rep_{name} {repairs_scheme(repairs)})")
+            lines.append(f"(set! avsr_rep_{name} {_repairs_scheme(name)})")
     current = None
     for index, request in enumerate(requests):
         v = VOICES[request.voice]

@@ -64,12 +64,15 @@ class PhoneMap:
         alternatives: target phone -> substitutes (space-separated) used where the voice lacks the diphone
             of the phone with its neighbour (e.g. Czech voicing assimilation: d -> t before a voiceless
             consonant, t -> d before a voiced one), see :func:`diphone_repairs`.
+        fillers: phones that may be inserted between two phones whose diphone the voice lacks, after the
+            glides and the pause (e.g. a breathy ``h`` before a word-initial ``l`` after a pause).
     """
 
     name: str
     phones: dict[str, str]
     stressed: dict[str, str] = field(default_factory=dict)
     alternatives: dict[str, str] = field(default_factory=dict)
+    fillers: tuple[str, ...] = ()
 
     def check(self) -> None:
         """Raise ValueError naming an English phone without an entry."""
@@ -106,9 +109,10 @@ class PhoneMap:
         return "'(" + " ".join(rows) + ")"
 
 
-def _extend(base: PhoneMap, name: str, phones: dict[str, str], alternatives: dict[str, str] | None = None):
+def _extend(base: PhoneMap, name: str, phones: dict[str, str], alternatives: dict[str, str] | None = None,
+            fillers: tuple[str, ...] = ()) -> PhoneMap:
     return PhoneMap(name, {**base.phones, **phones}, dict(base.stressed),
-                    {**base.alternatives, **(alternatives or {})})
+                    {**base.alternatives, **(alternatives or {})}, base.fillers + fillers)
 
 
 # --- Italian (festvox-italp16k lp_diphone, festvox-itapc16k pc_diphone; pause "#") -----------------------
@@ -155,7 +159,8 @@ CZECH = PhoneMap(
 # Vowels a e i o u y @ (/ae/) 7 (/oe/), long a: e: ...; no voiced sibilants (/z/ -> s, as Finnish speakers
 # devoice it), no affricates (/ch/ -> t S, /jh/ -> d S), /th/ -> T (mv's dental fricative), /dh/ -> d, /ae/ ->
 # @, English tense vowels long. mv has /S/, /w/ and /T/; lj lacks them (its map: /S/ -> s, /w/ -> v, /T/ -> t)
-# and the diphones of /l/ after a pause (-> L there) and of some consonant pairs across words.
+# and the diphones of /l/ after a pause (a breathy h before it: LAY after a pause -> h l e i) and of some
+# consonant pairs across words.
 FINNISH = PhoneMap(
     "finnish",
     {
@@ -169,7 +174,8 @@ FINNISH = PhoneMap(
 )  # fmt: skip
 FINNISH_LJ = _extend(
     FINNISH, "finnish (lj)", {"ch": "t s", "jh": "d s", "sh": "s", "zh": "s", "th": "t", "w": "v"},
-    {"l": "L", "d": "t", "f": "v"},
+    {"d": "t", "f": "v"},
+    ("h",),
 )
 
 # --- Hindi NSK (festvox-hi-nsk hindi_NSK_diphone; festvox-mr-nsk and -te-nsk hold the same diphone
@@ -192,15 +198,16 @@ HINDI = PhoneMap(
 )  # fmt: skip
 
 # --- Russian (festvox-ru msu_ru_nsh_clunits, cluster units; pause "pau") --------------------------------
-# Hard consonants; stressed vowels ii ee aa oo uu yy, unstressed i e a o u; /w/ -> v, /th/ -> s,
+# Hard consonants; stressed vowels ii ee aa oo uu, unstressed i e a u (no unstressed o: it is reduced to a,
+# as in Russian); /w/ -> v, /th/ -> s,
 # /dh/ -> z (the usual Russian substitutions), /h/ -> h, /jh/ -> d zh, /ae/ -> e, /ih/ -> i.
 RUSSIAN = PhoneMap(
     "russian",
     {
-        "aa": "a", "ae": "e", "ah": "a", "ao": "o", "aw": "a u", "ax": "a", "axr": "e r", "ay": "a j",
+        "aa": "a", "ae": "e", "ah": "a", "ao": "a", "aw": "a u", "ax": "a", "axr": "e r", "ay": "a j",
         "b": "b", "ch": "ch", "d": "d", "dh": "z", "dx": "d", "eh": "e", "el": "l", "em": "m", "en": "n",
         "er": "e r", "ey": "e j", "f": "f", "g": "g", "hh": "h", "hv": "h", "ih": "i", "iy": "i",
-        "jh": "d zh", "k": "k", "l": "l", "m": "m", "n": "n", "nx": "n", "ng": "n", "ow": "o u", "oy": "o j",
+        "jh": "d zh", "k": "k", "l": "l", "m": "m", "n": "n", "nx": "n", "ng": "n", "ow": "a u", "oy": "a j",
         "p": "p", "r": "r", "s": "s", "sh": "sh", "t": "t", "th": "s", "uh": "u", "uw": "u", "v": "v",
         "w": "v", "y": "j", "z": "z", "zh": "zh", "pau": "pau",
     },
@@ -459,41 +466,103 @@ _ENGLISH_VOWELS = ("aa", "ae", "ah", "ao", "aw", "ax", "axr", "ay", "eh", "er", 
                    "uh", "uw")
 
 
+def _windows(phone_map: PhoneMap) -> list[list[str]]:
+    """The target phones of every run of three neighbouring GRID words (with the voice's pause before the
+    first and after the last word of a sentence): every phone context a repair can reach."""
+    from avsr.data.synthgrid.grammar import SLOTS
+
+    pause = phone_map.target("pau")[0]
+    mapped = {w: phone_map.map(list(p)) for w, p in ENGLISH_PRONUNCIATIONS.items()}
+    windows = []
+    for first in range(len(SLOTS) - 2):
+        for a in SLOTS[first]:
+            for b in SLOTS[first + 1]:
+                for c in SLOTS[first + 2]:
+                    seq = mapped[a] + mapped[b] + mapped[c]
+                    seq = ([pause] if first == 0 else []) + seq + ([pause] if first + 3 == len(SLOTS) else [])
+                    windows.append(seq)
+    return windows
+
+
+def _repair_options(a: str, b: str, phone_map: PhoneMap, vowels: set[str]) -> list[tuple[str, str]]:
+    pause = phone_map.target("pau")[0]
+    options: list[tuple[str, str]] = []
+    if a in vowels and b in vowels:
+        options += [("insert", g) for g in (("j", "w", "u") if a[0] in "ie" else ("w", "u", "j"))]
+    options += [("first", x) for x in phone_map.alternatives.get(a, "").split()]
+    options += [("insert", pause)] if pause not in (a, b) else []
+    options += [("second", x) for x in phone_map.alternatives.get(b, "").split()]
+    options += [("insert", x) for x in phone_map.fillers]
+    return options
+
+
 def diphone_repairs(phone_map: PhoneMap, inventory: frozenset[str] | set[str]) -> dict[str, tuple[str, str]]:
     """How a diphone voice says the GRID phone pairs it has no diphone for.
 
-    For each diphone of :func:`grid_diphones` missing from ``inventory``, the first repair whose diphones
-    exist: between two vowels a glide (``j`` after a front vowel, else ``w`` or ``u``); an ``alternatives``
-    substitute of the first phone (regressive assimilation, as in Czech); a short pause between them; a
-    substitute of the second phone (festival would otherwise put silence in place of the missing diphone,
-    ``UniSyn: using default diphone``).
+    For each phone pair of the GRID sentences whose diphone is missing from ``inventory``, the first repair
+    whose diphones exist: between two vowels a glide (``j`` after a front vowel, else ``w`` or ``u``); an
+    ``alternatives`` substitute of the first phone (regressive assimilation, as in Czech); a short pause
+    between them; a substitute of the second phone; a filler of the map between them (festival would
+    otherwise put silence in place of the missing diphone, ``UniSyn: using default diphone``). A repair can
+    make a new pair (X ZERO in Czech: s z -> z z, then k z), so the search runs over every three-word
+    context with the repairs so far until no new missing pair appears; festival applies the repairs the
+    same way (:func:`apply_repairs`).
 
     Returns:
         ``"a-b"`` -> ``("insert", x)`` (x between a and b), ``("first", x)`` (a becomes x) or
         ``("second", x)`` (b becomes x). Pairs without any repair are left out.
     """
-    pause = phone_map.target("pau")[0]
     consonants = {t for p in ENGLISH_PHONES if p not in _ENGLISH_VOWELS and p != "pau"
                   for t in phone_map.target(p)}
     vowels = {t for p in _ENGLISH_VOWELS for t in phone_map.target(p) + phone_map.target(p, True)} - consonants
+    windows = _windows(phone_map)
     repairs: dict[str, tuple[str, str]] = {}
-    for pair in grid_diphones(phone_map):
-        if pair in inventory:
-            continue
-        a, b = pair.split("-", 1)
-        options: list[tuple[str, str]] = []
-        if a in vowels and b in vowels:
-            glides = ("j", "w", "u") if a[0] in "ie" else ("w", "u", "j")
-            options += [("insert", g) for g in glides]
-        options += [("first", x) for x in phone_map.alternatives.get(a, "").split()]
-        options += [("insert", pause)] if pause not in (a, b) else []
-        options += [("second", x) for x in phone_map.alternatives.get(b, "").split()]
-        for kind, x in options:
-            new = {"insert": (f"{a}-{x}", f"{x}-{b}"), "first": (f"{x}-{b}",), "second": (f"{a}-{x}",)}[kind]
-            if all(d in inventory for d in new):
-                repairs[pair] = (kind, x)
-                break
+    unrepairable: set[str] = set()
+    for _ in range(5):
+        missing = set()
+        for seq in windows:
+            seq = apply_repairs(seq, repairs)
+            missing |= {f"{a}-{b}" for a, b in zip(seq, seq[1:])}
+        missing = {p for p in missing if p not in inventory and p not in repairs and p not in unrepairable}
+        if not missing:
+            break
+        for pair in sorted(missing):
+            a, b = pair.split("-", 1)
+            for kind, x in _repair_options(a, b, phone_map, vowels):
+                new = {"insert": (f"{a}-{x}", f"{x}-{b}"), "first": (f"{x}-{b}",), "second": (f"{a}-{x}",)}[kind]
+                if all(d in inventory for d in new):
+                    repairs[pair] = (kind, x)
+                    break
+            else:
+                unrepairable.add(pair)
     return repairs
+
+
+def apply_repairs(phones: list[str], repairs: dict[str, tuple[str, str]], passes: int = 3) -> list[str]:
+    """Apply diphone repairs to a target phone sequence as festival's ``avsr_repair`` does (left to right,
+    ``passes`` times)."""
+    seq = list(phones)
+    for _ in range(passes):
+        i = 0
+        while i + 1 < len(seq):
+            fix = repairs.get(f"{seq[i]}-{seq[i + 1]}")
+            if fix is not None:
+                kind, x = fix
+                if kind == "first":
+                    seq[i] = x
+                elif kind == "second":
+                    seq[i + 1] = x
+                else:
+                    seq.insert(i + 1, x)
+                    i += 1
+            i += 1
+    return seq
+
+
+def sentence_phones(words: tuple[str, ...] | list[str], phone_map: PhoneMap) -> list[str]:
+    """The target phones of a GRID sentence with the voice's pauses around it (before repairs)."""
+    pause = phone_map.target("pau")[0]
+    return [pause] + [t for w in words for t in phone_map.map(list(ENGLISH_PRONUNCIATIONS[w]))] + [pause]
 
 
 def repairs_scheme(repairs: dict[str, tuple[str, str]]) -> str:
