@@ -19,9 +19,10 @@ from avsr.fileio import write_text_atomic
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
     p = argparse.ArgumentParser(prog="python -m avsr.bin.synthgrid_report",
-                                description="SynthGRID error tables (per slot, letter confusions, per voice).")
+                                description="SynthGRID error tables (per slot, letter confusions, voice).")
     p.add_argument("--decode-dir", required=True, type=Path, help="DIR/<test_set>/<modality>/<condition>/")
-    p.add_argument("--corpus", type=Path, default=None, help="SynthGRID corpus (speakers.json: WER per voice)")
+    p.add_argument("--corpus", type=Path, default=None,
+                   help="SynthGRID corpus (its speakers.json gives the WER per voice)")
     p.add_argument("--out", required=True, type=Path, help="markdown file to write")
     p.add_argument("--top", type=int, default=10, help="letter confusions listed per modality")
     return p

@@ -19,7 +19,9 @@ band limiting  0.30  one of: telephone band 300-3400 Hz (8th-order Butterworth b
                      voices), low-pass at 3.5-7 kHz, high-pass at 100-400 Hz
 codec          0.25  one of (PyAV's FFmpeg encoders): Opus 6-24 kbit/s, MP3 16-32 kbit/s, AMR-NB 4.75-
                      12.2 kbit/s at 8 kHz, G.711 mu-law at 8 kHz; the codec delay is removed
-                     (cross-correlation) so the audio stays in sync with the video
+                     (cross-correlation) so the audio stays in sync with the video; the long-term
+                     spectrum moves by a log-spectral distance of 0.3-8 dB (100-3400 Hz), more at
+                     lower bitrates
 noise          0.30  white, pink or brown (1/f^0, 1/f, 1/f^2 power spectrum) noise at 5-30 dB SNR
 hum            0.10  mains hum at 50 or 60 Hz with 2-6 harmonics (decaying) at 15-35 dB SNR
 ============== ===== =============================================================================
@@ -237,7 +239,8 @@ CODECS = {
 
 
 def _align(reference: np.ndarray, decoded: np.ndarray, max_shift: int = 4000) -> np.ndarray:
-    """``decoded`` shifted by the lag that maximises its cross-correlation with ``reference`` (same length)."""
+    """``decoded`` shifted by the lag that maximises its cross-correlation with ``reference`` (same
+    length)."""
     n = reference.shape[0]
     corr = scipy.signal.correlate(decoded[: n + max_shift], reference, mode="full", method="fft")
     lags = np.arange(-n + 1, corr.shape[0] - n + 1)
@@ -276,7 +279,8 @@ def apply_codec(wav: np.ndarray, codec: str, bitrate: int) -> np.ndarray:
             if codec != "mulaw":
                 stream.bit_rate = int(bitrate)
             for start in range(0, pcm.shape[0], 1600):  # PyAV re-frames to the codec's frame size
-                frame = av.AudioFrame.from_ndarray(pcm[None, start : start + 1600], format="s16", layout="mono")
+                chunk = pcm[None, start : start + 1600]
+                frame = av.AudioFrame.from_ndarray(chunk, format="s16", layout="mono")
                 frame.sample_rate = rate
                 for packet in stream.encode(frame):
                     out.mux(packet)
@@ -291,7 +295,8 @@ def apply_codec(wav: np.ndarray, codec: str, bitrate: int) -> np.ndarray:
                 if len(frame.layout.channels) != 1:
                     raise AugmentError(f"codec {codec}: decoded {frame.layout.name} audio")
                 arr = frame.to_ndarray().reshape(-1)
-                chunks.append(arr.astype(np.float64) / 32768.0 if arr.dtype.kind == "i" else arr.astype(np.float64))
+                scale = 1.0 / 32768.0 if arr.dtype.kind == "i" else 1.0
+                chunks.append(arr.astype(np.float64) * scale)
     except (av.error.FFmpegError, ValueError) as exc:
         raise AugmentError(f"codec {codec} at {bitrate} bit/s failed: {exc}") from exc
     y = np.concatenate(chunks) if chunks else np.zeros(0)
@@ -321,15 +326,18 @@ def colored_noise(num_samples: int, exponent: float, rng: np.random.Generator) -
 
 
 def mains_hum(num_samples: int, frequency: float, harmonics: int, rng: np.random.Generator) -> np.ndarray:
-    """Mains hum: ``frequency`` and its first ``harmonics`` multiples, amplitudes 1/k, random phases; unit RMS."""
+    """Mains hum: ``frequency`` and its multiples up to ``harmonics``, amplitudes 1/k, random phases; unit
+    RMS."""
     t = np.arange(num_samples) / SAMPLE_RATE
     hum = sum((1.0 / k) * np.sin(2 * np.pi * k * frequency * t + rng.uniform(0, 2 * np.pi))
               for k in range(1, harmonics + 1))
     return (hum / (np.sqrt(np.mean(hum**2)) + 1e-12)).astype(np.float32)
 
 
-def add_at_snr(wav: np.ndarray, noise: np.ndarray, snr_db: float, active: np.ndarray | None = None) -> np.ndarray:
-    """``wav + g * noise`` with ``g`` such that the speech (``active`` samples) to noise power is ``snr_db``."""
+def add_at_snr(
+    wav: np.ndarray, noise: np.ndarray, snr_db: float, active: np.ndarray | None = None
+) -> np.ndarray:
+    """``wav + g * noise``, ``g`` such that the speech (``active`` samples) to noise power is ``snr_db``."""
     speech = wav[active] if active is not None and active.any() else wav
     p_speech = float(np.mean(speech.astype(np.float64) ** 2)) + 1e-12
     p_noise = float(np.mean(noise.astype(np.float64) ** 2)) + 1e-12
@@ -353,8 +361,8 @@ class Channel:
         if rng.uniform() >= config.eq_prob:
             return Channel()
         bands = tuple(
-            (float(np.exp(rng.uniform(np.log(150.0), np.log(6000.0)))), float(rng.uniform(*config.eq_gain_db)),
-             float(rng.uniform(0.5, 2.5)))
+            (float(np.exp(rng.uniform(np.log(150.0), np.log(6000.0)))),
+             float(rng.uniform(*config.eq_gain_db)), float(rng.uniform(0.5, 2.5)))
             for _ in range(int(rng.integers(1, 4)))
         )
         return Channel(bands)

@@ -183,7 +183,7 @@ SCHEME_HELPERS = r"""
 """
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _repairs_scheme(voice: str) -> str:
     """The Scheme list of a diphone voice's repairs (computed once per process)."""
     return repairs_scheme(diphone_repairs(VOICES[voice].phone_map, diphone_inventory(voice)))
@@ -197,12 +197,14 @@ def _hts_params(request: SynthRequest, model: Path | None) -> list[str]:
                 f"(set! current-voice '{request.voice})"]
     # festival's HTS module keeps the models of the last voice name: a new name makes it load the copy
     tag = f"{request.voice}_alpha{request.alpha:.4f}".replace(".", "_")
-    return [f'(set! hts_engine_params (list (list "-m" {_scheme_string(str(model))}) (list "-r" {request.rate:.4f})))',
+    return [f'(set! hts_engine_params (list (list "-m" {_scheme_string(str(model))})'
+            f' (list "-r" {request.rate:.4f})))',
             f"(set! current-voice '{tag})"]
 
 
-def build_script(requests: list[SynthRequest], outdir: Path, models: dict[tuple[str, float], Path] | None = None
-                 ) -> str:
+def build_script(
+    requests: list[SynthRequest], outdir: Path, models: dict[tuple[str, float], Path] | None = None
+) -> str:
     """The Scheme script that synthesises ``requests`` into ``outdir/<index>.wav`` and ``<index>.segs``.
 
     English voices: the voice is selected only when it changes (selecting resets the voice's parameters, so

@@ -34,23 +34,23 @@ import numpy as np
 from tqdm import tqdm
 
 from avsr.data.media import write_wav
-from avsr.data.synthgrid.babble import mix_babble, trim_silence
 from avsr.data.synthgrid.augment import AugmentConfig
+from avsr.data.synthgrid.babble import mix_babble, trim_silence
 from avsr.data.synthgrid.festival import FestivalError, synthesize
 from avsr.data.synthgrid.grammar import festival_text, sample_sentence
 from avsr.data.synthgrid.speakers import AUGMENTED_SPLITS, Speaker, make_speakers
+from avsr.data.synthgrid.utterance import (
+    SAMPLE_RATE,
+    UttSpec,
+    normalise_level,
+    write_utterance,
+)
 from avsr.data.synthgrid.voices import (
     LEGACY_VOICES,
     TRAIN_VOICES,
     UNSEEN_VOICES,
     VOICES,
     installed_voices,
-)
-from avsr.data.synthgrid.utterance import (
-    SAMPLE_RATE,
-    UttSpec,
-    normalise_level,
-    write_utterance,
 )
 from avsr.fileio import write_text_atomic
 
@@ -171,8 +171,8 @@ def plan_utterances(config: SynthGridConfig, speakers: list[Speaker]) -> list[Ut
                 rng = np.random.default_rng([config.seed, split_index, j, 2])
                 speed = float(config.speed_factors[int(rng.integers(len(config.speed_factors)))])
             specs.append(
-                UttSpec.make(split, speaker, j // len(members), words, (config.seed, split_index, j, 1), speed,
-                             config.augment if augmented else None, config.seed)
+                UttSpec.make(split, speaker, j // len(members), words, (config.seed, split_index, j, 1),
+                             speed, config.augment if augmented else None, config.seed)
             )
     return specs
 

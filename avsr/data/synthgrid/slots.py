@@ -57,7 +57,9 @@ class SlotErrors:
         return 100.0 * (sum(self.errors) + self.insertions) / total if total else float("nan")
 
 
-def slot_errors(refs: Mapping[str, str], hyps: Mapping[str, str], utts: list[str] | None = None) -> SlotErrors:
+def slot_errors(
+    refs: Mapping[str, str], hyps: Mapping[str, str], utts: list[str] | None = None
+) -> SlotErrors:
     """Align each hypothesis to its reference and count errors per slot.
 
     Args:
@@ -158,11 +160,12 @@ def report_markdown(decode_dir: str | os.PathLike, corpus_dir: str | os.PathLike
     stats = {k: slot_errors(*data[k]) for k in keys}
     for k in keys:
         s = stats[k]
-        lines.append(f"| {k[0]} | {k[2]} | {k[1]} | " + " | ".join(_fmt(s.rate(i)) for i in range(len(SLOT_NAMES)))
-                     + f" | {s.insertions} | {_fmt(s.wer)} |")
+        rates = " | ".join(_fmt(s.rate(i)) for i in range(len(SLOT_NAMES)))
+        lines.append(f"| {k[0]} | {k[2]} | {k[1]} | {rates} | {s.insertions} | {_fmt(s.wer)} |")
     lines += ["", "## SynthGRID: letter confusions (clean)", "",
-              f"The {top_confusions} most frequent letter-slot errors (reference -> hypothesis, count) of each "
-              "modality.", "", "| test set | modality | letter errors | confusions |", "|---|---|---:|---|"]
+              f"The {top_confusions} most frequent letter-slot errors (reference -> hypothesis, count) of "
+              "each modality.", "",
+              "| test set | modality | letter errors | confusions |", "|---|---|---:|---|"]
     for k in keys:
         if k[2] != "clean":
             continue
@@ -172,7 +175,7 @@ def report_markdown(decode_dir: str | os.PathLike, corpus_dir: str | os.PathLike
     voices = speaker_voices(corpus_dir) if corpus_dir is not None else {}
     if voices:
         lines += ["", "## SynthGRID: WER per voice (clean)", "",
-                  "WER (%) of the utterances of each festival voice (speakers from the corpus' speakers.json).",
+                  "WER (%) of the utterances of each festival voice (speakers: the corpus' speakers.json).",
                   ""]
         for test_set in sorted({k[0] for k in keys}):
             mods = [m for m in MODALITIES if (test_set, m, "clean") in data]

@@ -389,7 +389,7 @@ def warp_htsvoice(data: bytes, alpha: float) -> bytes:
     return data[: m.start(1)] + new + data[m.end(1) :]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def diphone_inventory(name: str, root: Path = FESTIVAL_VOICE_ROOT) -> frozenset[str]:
     """The diphones (``"a-b"``) in the group file of an installed diphone voice.
 
@@ -514,7 +514,8 @@ def diphone_repairs(phone_map: PhoneMap, inventory: frozenset[str] | set[str]) -
     """
     consonants = {t for p in ENGLISH_PHONES if p not in _ENGLISH_VOWELS and p != "pau"
                   for t in phone_map.target(p)}
-    vowels = {t for p in _ENGLISH_VOWELS for t in phone_map.target(p) + phone_map.target(p, True)} - consonants
+    vowels = {t for p in _ENGLISH_VOWELS for t in phone_map.target(p) + phone_map.target(p, True)}
+    vowels -= consonants
     windows = _windows(phone_map)
     repairs: dict[str, tuple[str, str]] = {}
     unrepairable: set[str] = set()
@@ -529,7 +530,8 @@ def diphone_repairs(phone_map: PhoneMap, inventory: frozenset[str] | set[str]) -
         for pair in sorted(missing):
             a, b = pair.split("-", 1)
             for kind, x in _repair_options(a, b, phone_map, vowels):
-                new = {"insert": (f"{a}-{x}", f"{x}-{b}"), "first": (f"{x}-{b}",), "second": (f"{a}-{x}",)}[kind]
+                new = {"insert": (f"{a}-{x}", f"{x}-{b}"), "first": (f"{x}-{b}",),
+                       "second": (f"{a}-{x}",)}[kind]
                 if all(d in inventory for d in new):
                     repairs[pair] = (kind, x)
                     break
