@@ -12,7 +12,8 @@ reverberation  0.40  shoebox room 3-10 x 3-8 x 2.4-4 m, RT60 0.15-0.8 s, source-
                      image-source RIR (pyroomacoustics ``ShoeBox``, ``inverse_sabine``), aligned so the
                      direct path keeps its time (the mouth video stays in sync)
 microphone EQ  0.50  1-3 peaking filters at 150-6000 Hz, gain -9..+9 dB, Q 0.5-2.5
-                     (torchaudio ``equalizer_biquad``); per speaker: every utterance of a speaker goes
+                     (the audio-EQ-cookbook biquad of SoX/torchaudio, scipy ``sosfilt``); per speaker:
+                     every utterance of a speaker goes
                      through the same microphone
 band limiting  0.30  one of: telephone band 300-3400 Hz (8th-order Butterworth band-pass, zero phase,
                      scipy), narrowband 8 kHz sampling (resampled to 8 kHz and back, as festival's 8 kHz
@@ -194,15 +195,27 @@ def reverberate(wav: np.ndarray, rir: np.ndarray) -> np.ndarray:
 # microphone and channel
 
 
-def equalize(wav: np.ndarray, bands: list[tuple[float, float, float]]) -> np.ndarray:
-    """A cascade of peaking filters ``(centre_hz, gain_db, q)`` (torchaudio's ``equalizer_biquad``)."""
-    import torch
-    import torchaudio.functional as F
+def peaking_sos(centre: float, gain_db: float, q: float, fs: int = SAMPLE_RATE) -> np.ndarray:
+    """Second-order section of a peaking equaliser (R. Bristow-Johnson, "Cookbook formulae for audio EQ
+    biquad filter coefficients": the filter of SoX's ``equalizer`` and torchaudio's ``equalizer_biquad``).
 
-    x = torch.from_numpy(wav.astype(np.float32))[None]
-    for centre, gain, q in bands:
-        x = F.equalizer_biquad(x, SAMPLE_RATE, centre, gain, q)
-    return x[0].numpy().astype(np.float32)
+    Returns:
+        float64 ``(1, 6)`` ``[b0, b1, b2, 1, a1, a2]`` for ``scipy.signal.sosfilt``.
+    """
+    a = 10.0 ** (gain_db / 40.0)
+    w0 = 2.0 * np.pi * centre / fs
+    alpha = np.sin(w0) / (2.0 * q)
+    b = np.array([1.0 + alpha * a, -2.0 * np.cos(w0), 1.0 - alpha * a])
+    den = np.array([1.0 + alpha / a, -2.0 * np.cos(w0), 1.0 - alpha / a])
+    return np.concatenate([b / den[0], den / den[0]])[None]
+
+
+def equalize(wav: np.ndarray, bands: list[tuple[float, float, float]]) -> np.ndarray:
+    """A cascade of peaking filters ``(centre_hz, gain_db, q)`` (:func:`peaking_sos`, scipy ``sosfilt``)."""
+    if not bands:
+        return wav.astype(np.float32)
+    sos = np.concatenate([peaking_sos(*band) for band in bands])
+    return scipy.signal.sosfilt(sos, wav.astype(np.float64)).astype(np.float32)
 
 
 def band_limit(wav: np.ndarray, kind: str, cutoff: float = 0.0) -> np.ndarray:
