@@ -172,3 +172,11 @@ def test_mapped_segment_files_merge_into_english_phones(tmp_path):
     assert read_mapped_segs(path, "u") == [
         (0.0, 0.2, "pau"), (0.2, 0.3, "b"), (0.3, 0.42, "ay"), (0.42, 0.5, "t"), (0.5, 0.7, "pau")
     ]
+
+
+def test_install_script_installs_every_voice_package():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "scripts" / "install.sh").read_text()
+    debs = set(text.split("debs=(", 1)[1].split(")", 1)[0].split())
+    assert debs == {"festival"} | {v.package for v in VOICES.values()}
