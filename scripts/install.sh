@@ -15,7 +15,14 @@ case "${1:-}" in
   *) echo "usage: bash scripts/install.sh [--dev|--video]" >&2; exit 1 ;;
 esac
 
-debs=(festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts)
+# festival and its voices: the SynthGRID corpus speaks English with every festival voice Debian ships
+# (avsr/data/synthgrid/voices.py maps the US English phones onto each voice's phone set). festvox-mr-nsk
+# and festvox-te-nsk hold the same diphone database as festvox-hi-nsk and are not needed; the 8 kHz
+# packages festvox-kallpc8k/kdlpc8k conflict with the 16 kHz ones (apt would remove those): narrowband
+# speech comes from band limiting instead (avsr/data/synthgrid/augment.py).
+debs=(festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
+  festvox-italp16k festvox-itapc16k festvox-czech-dita festvox-czech-krb festvox-czech-machac festvox-czech-ph
+  festvox-suopuhe-lj festvox-suopuhe-mv festvox-ru festvox-ca-ona-hts festvox-hi-nsk)
 missing=()
 for d in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q "install ok installed" || missing+=("$d")

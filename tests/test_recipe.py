@@ -42,7 +42,7 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     train_cfg, decode_cfg = tiny_configs(tmp_path)
     common = ["--corpus-dir", str(tmp_path / "corpus"), "--data-dir", str(tmp_path / "data"),
               "--exp-dir", str(tmp_path / "exp"), "--num-train", "24", "--num-valid", "4", "--num-test", "6",
-              "--train-speakers", "4",
+              "--train-speakers", "4", "--num-test-unseen-voice", "4", "--test-unseen-voice-speakers", "2",
               "--babble-seconds", "8", "--train-config", str(train_cfg), "--decode-config", str(decode_cfg),
               "--test-snrs", "0 -5", "--tag", "tiny"]
     proc = run(common)
@@ -52,20 +52,25 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == str(results_path)
 
     rows = json.loads(results_path.read_text())
-    conditions = {(r["modality"], r["noise"], r["snr_db"]) for r in rows}
-    assert conditions == {(m, n, s) for m in ("audio", "video", "audiovisual")
+    conditions = {(r["test_set"], r["modality"], r["noise"], r["snr_db"]) for r in rows}
+    assert conditions == {(t, m, n, s) for t in ("test", "test_unseen_voice")
+                          for m in ("audio", "video", "audiovisual")
                           for n, s in (("clean", None), ("babble", 0.0), ("babble", -5.0))}
     for r in rows:
-        assert r["test_set"] == "test" and r["num_utts"] == 6 and r["num_words"] == 36
-        assert r["wer"] >= 0
+        utts = 6 if r["test_set"] == "test" else 4
+        assert r["num_utts"] == utts and r["num_words"] == 6 * utts and r["wer"] >= 0
     # video input does not depend on the audio noise
-    video = {r["snr_db"]: r["wer"] for r in rows if r["modality"] == "video"}
+    video = {r["snr_db"]: r["wer"] for r in rows if r["modality"] == "video" and r["test_set"] == "test"}
     assert len(set(video.values())) == 1
-    assert (exp / "RESULTS.md").read_text().count("audiovisual") >= 1
+    results_md = (exp / "RESULTS.md").read_text()
+    assert results_md.count("audiovisual") >= 1
+    # the SynthGRID tables of local/results_tables.sh: per slot, letter confusions, per voice
+    assert "errors per slot" in results_md and "letter confusions" in results_md
+    assert "WER per voice" in results_md and "upc_ca_ona_hts" in results_md
     assert (exp / "wer_vs_snr.png").read_bytes()[:4] == b"\x89PNG"
     stages = [line.split("\t")[0] for line in (exp / "stage_times.tsv").read_text().splitlines()]
     assert stages == ["1", "2", "3", "4", "9", "10", "11"]
-    for split, n in (("train", 24), ("valid", 4), ("test", 6)):
+    for split, n in (("train", 24), ("valid", 4), ("test", 6), ("test_unseen_voice", 4)):
         assert len((tmp_path / "data" / split / "text").read_text().splitlines()) == n
 
     # idempotent stages: training resumes (already finished), decoding skips finished conditions

@@ -15,11 +15,11 @@ from avsr.data.synthgrid.generate import SynthGridConfig, generate
 from avsr.data.synthgrid.render import Appearance, Nuisance, render_frames
 from avsr.data.synthgrid.utterance import render_video
 from avsr.data.synthgrid.visemes import trajectory, viseme_of
+from avsr.data.synthgrid.voices import LEGACY_VOICES, UNSEEN_VOICES, VOICES, installed_voices
 
-NO_FESTIVAL = (
-    "festival is not on PATH (Debian packages festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts)"
-)
-skip_without_festival = pytest.mark.skipif(not festival_available(), reason=NO_FESTIVAL)
+NO_FESTIVAL = "festival or one of its voices is not installed (bash scripts/install.sh)"
+FESTIVAL_READY = festival_available() and set(installed_voices()) == set(VOICES)
+skip_without_festival = pytest.mark.skipif(not FESTIVAL_READY, reason=NO_FESTIVAL)
 
 # --- grammar --------------------------------------------------------------------------------------
 
@@ -119,7 +119,7 @@ LETTER_PHONES = {
 
 @pytest.mark.festival
 @skip_without_festival
-@pytest.mark.parametrize("voice", ["kal_diphone", "ked_diphone", "cmu_us_slt_arctic_hts"])
+@pytest.mark.parametrize("voice", sorted(VOICES))
 def test_festival_says_letters_as_letter_names(voice):
     requests = [
         SynthRequest(f"u{letter}", grammar.festival_text(("BIN", "BLUE", "AT", letter, "TWO", "NOW")), voice)
@@ -137,7 +137,8 @@ def test_festival_says_letters_as_letter_names(voice):
 def test_festival_failure_names_the_utterance_and_stderr(monkeypatch):
     from avsr.data.synthgrid import festival
 
-    monkeypatch.setitem(festival.VOICES, "no_such_voice", ("diphone", 100.0, 10.0))
+    monkeypatch.setitem(festival.VOICES, "no_such_voice",
+                        dataclasses.replace(festival.VOICES["kal_diphone"], name="no_such_voice"))
     good = SynthRequest("utt_good", "bin blue at F two now", "kal_diphone")
     bad = SynthRequest("utt_bad", "bin blue at F two now", "no_such_voice")
     with pytest.raises(FestivalError, match=r"(?s)utt_bad.*unbound variable"):
@@ -152,14 +153,15 @@ def test_missing_festival_executable_is_a_clear_error():
 # --- corpus generation ----------------------------------------------------------------------------
 
 TINY = SynthGridConfig(
-    num_train=6, num_valid=2, num_test=3, train_speakers=3, valid_speakers=1, test_speakers=2,
-    babble_speakers=2, babble_seconds=2.0,
+    num_train=6, num_valid=2, num_test=3, num_test_unseen_voice=2, train_speakers=3, valid_speakers=1,
+    test_speakers=2, test_unseen_voice_speakers=2, babble_speakers=2, babble_seconds=2.0,
 )  # fmt: skip
+SPLIT_NAMES = ("train", "valid", "test", "test_unseen_voice")
 
 
 @pytest.fixture(scope="module")
 def tiny_corpus(tmp_path_factory):
-    if not festival_available():
+    if not FESTIVAL_READY:
         pytest.skip(NO_FESTIVAL)
     root = tmp_path_factory.mktemp("synthgrid")
     counts = generate(root, TINY, nj=1, batch_size=4, progress=False)
@@ -173,13 +175,14 @@ def _utterances(root):
 @pytest.mark.festival
 def test_tiny_corpus_layout(tiny_corpus):
     root, counts = tiny_corpus
-    assert counts["generated"] == 11 and counts["skipped"] == 0
+    assert counts["generated"] == 13 and counts["skipped"] == 0
     assert (root / ".done").is_file() and (root / "speakers.json").is_file()
     texts = _utterances(root)
-    assert [t.parent.parent.name for t in texts].count("train") == 6 and len(texts) == 11
+    assert [t.parent.parent.name for t in texts].count("train") == 6 and len(texts) == 13
+    assert [t.parent.parent.name for t in texts].count("test_unseen_voice") == 2
     for txt in texts:
         utt, spk, split = txt.stem, txt.parent.name, txt.parent.parent.name
-        assert split in ("train", "valid", "test") and utt.startswith(spk + "_")
+        assert split in SPLIT_NAMES and utt.startswith(spk + "_")
         words = txt.read_text().strip().split()
         grammar.check_sentence(words)
         assert utt.split("_")[1] == grammar.sentence_code(words)
@@ -198,9 +201,10 @@ def test_tiny_corpus_layout(tiny_corpus):
 def test_tiny_corpus_speakers_are_disjoint(tiny_corpus):
     root, _ = tiny_corpus
     speakers = json.loads((root / "speakers.json").read_text())
-    on_disk = {split: {p.name for p in (root / split).iterdir()} for split in ("train", "valid", "test")}
-    assert on_disk["train"].isdisjoint(on_disk["valid"]) and on_disk["train"].isdisjoint(on_disk["test"])
-    assert on_disk["valid"].isdisjoint(on_disk["test"])
+    on_disk = {split: {p.name for p in (root / split).iterdir()} for split in SPLIT_NAMES}
+    for a in SPLIT_NAMES:
+        for b in SPLIT_NAMES:
+            assert a == b or on_disk[a].isdisjoint(on_disk[b])
     for split, ids in on_disk.items():
         assert all(speakers[i]["split"] == split for i in ids)
     babble = {i for i, s in speakers.items() if s["split"].startswith("babble")}
@@ -230,7 +234,7 @@ def test_video_is_informative_open_vowels_vs_bilabials(tiny_corpus):
 def test_generation_resumes_and_is_deterministic(tiny_corpus, tmp_path):
     root, _ = tiny_corpus
     again = generate(root, TINY, nj=1, progress=False)
-    assert again == {"generated": 0, "skipped": 11, "babble_utterances": 0}
+    assert again == {"generated": 0, "skipped": 13, "babble_utterances": 0}
     victim = _utterances(root)[0].with_suffix(".mp4")
     before = victim.read_bytes()
     victim.unlink()
@@ -238,9 +242,11 @@ def test_generation_resumes_and_is_deterministic(tiny_corpus, tmp_path):
     assert victim.read_bytes() == before  # regenerated identically
     # another number of workers gives the same corpus
     other = tmp_path / "other"
-    smaller = dataclasses.replace(TINY, num_train=3, num_valid=0, num_test=0, babble_seconds=0.0)
+    smaller = dataclasses.replace(TINY, num_train=3, num_valid=2, num_test=0, num_test_unseen_voice=0,
+                                  babble_seconds=0.0)
     generate(other, smaller, nj=2, batch_size=1, progress=False)
-    for txt in _utterances(other):
+    assert len(_utterances(other)) == 5
+    for txt in _utterances(other):  # augmented train and valid utterances included
         twin = root / txt.relative_to(other)
         assert txt.read_text() == twin.read_text()
         assert txt.with_suffix(".wav").read_bytes() == twin.with_suffix(".wav").read_bytes()
@@ -252,6 +258,42 @@ def test_generation_refuses_another_config_in_the_same_directory(tiny_corpus):
     root, _ = tiny_corpus
     with pytest.raises(ValueError, match="another configuration.*seed"):
         generate(root, dataclasses.replace(TINY, seed=1), progress=False)
+
+
+@pytest.mark.festival
+def test_voices_per_split_and_the_test_split_kept(tiny_corpus, tmp_path):
+    """Unseen voices speak only test_unseen_voice; test speaks the legacy English voices, clean, and its
+    files do not depend on the training voices or the augmentation."""
+    root, _ = tiny_corpus
+    speakers = json.loads((root / "speakers.json").read_text())
+    for info in speakers.values():
+        if info["split"] in ("train", "valid", "babble_train"):
+            assert info["voice"] not in UNSEEN_VOICES
+        elif info["split"] == "test_unseen_voice":
+            assert info["voice"] in UNSEEN_VOICES and not info["channel"]["eq"]
+        else:
+            assert info["voice"] in LEGACY_VOICES and info["alpha"] is None and not info["channel"]["eq"]
+    plain = dataclasses.replace(TINY, num_train=1, num_valid=0, num_test_unseen_voice=0, babble_seconds=0.0,
+                                train_voices=LEGACY_VOICES, augment=None, speed_factors=(1.0,))
+    generate(tmp_path, plain, nj=1, progress=False)
+    tests = sorted((tmp_path / "test").glob("*/*.*"))
+    assert len(tests) == 3 * 4
+    for f in tests:
+        assert f.read_bytes() == (root / f.relative_to(tmp_path)).read_bytes(), f
+
+
+@pytest.mark.festival
+def test_training_audio_is_augmented_reproducibly(tiny_corpus):
+    from avsr.data.synthgrid.generate import plan_utterances
+
+    root, _ = tiny_corpus
+    specs = {s.utt_id: s for s in plan_utterances(TINY, TINY.speakers())}
+    for spec in specs.values():
+        if spec.split in ("train", "valid"):
+            assert spec.augment == TINY.augment and spec.speed in TINY.speed_factors
+            assert spec.augmentation() == spec.augmentation()  # a function of the utterance alone
+        else:
+            assert spec.augment is None and spec.speed == 1.0 and spec.augmentation() == []
 
 
 # --- pieces without festival --------------------------------------------------------------------------------
@@ -310,5 +352,6 @@ def test_cli_generates_a_corpus(tmp_path):
         "--train-speakers",
         "2",
     ]
-    assert main([*argv, "--babble-seconds", "1", "--nj", "2", "--no-progress"]) == 0
-    assert (tmp_path / ".done").is_file() and len(_utterances(tmp_path)) == 4
+    assert main([*argv, "--num-test-unseen-voice", "2", "--babble-seconds", "1", "--nj", "2",
+                 "--no-progress"]) == 0
+    assert (tmp_path / ".done").is_file() and len(_utterances(tmp_path)) == 6

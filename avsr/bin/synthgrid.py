@@ -1,9 +1,10 @@
 """Generate the SynthGRID corpus (GRID grammar, festival audio, rendered mouth ROI video).
 
 Usage: ``python -m avsr.bin.synthgrid --out corpus/synthgrid [--num-train 1500 --num-valid 100 --num-test 200]
-[--train-speakers 24 --valid-speakers 4 --test-speakers 6 --babble-speakers 4] [--seed 0] [--nj 2]
-[--babble-seconds 60]``. Running it again on the same ``--out`` with the same options completes an
-interrupted run; see :mod:`avsr.data.synthgrid.generate`.
+[--num-test-unseen-voice 300] [--train-speakers 24 --valid-speakers 4 --test-speakers 6
+--test-unseen-voice-speakers 6 --babble-speakers 4] [--train-voices v1,v2,... --unseen-voices v3,...]
+[--no-augment] [--seed 0] [--nj 2] [--babble-seconds 60]``. Running it again on the same ``--out`` with the
+same options completes an interrupted run; see :mod:`avsr.data.synthgrid.generate`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from avsr.bin.runner import UsageError, tool
 from avsr.data.synthgrid.festival import FestivalError
 from avsr.data.synthgrid.generate import SynthGridConfig, generate
+from avsr.data.synthgrid.voices import VOICES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,6 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-speakers", type=int, default=d.train_speakers, help="default %(default)s")
     p.add_argument("--valid-speakers", type=int, default=d.valid_speakers, help="default %(default)s")
     p.add_argument("--test-speakers", type=int, default=d.test_speakers, help="default %(default)s")
+    p.add_argument("--num-test-unseen-voice", type=int, default=d.num_test_unseen_voice,
+                   help="utterances of test_unseen_voice, spoken by voices in no training utterance "
+                   "(default %(default)s)")
+    p.add_argument("--test-unseen-voice-speakers", type=int, default=d.test_unseen_voice_speakers,
+                   help="default %(default)s")
+    p.add_argument("--train-voices", default=",".join(d.train_voices),
+                   help=f"comma-separated festival voices of train/valid (default: all but the unseen ones; "
+                   f"known: {','.join(sorted(VOICES))})")
+    p.add_argument("--unseen-voices", default=",".join(d.unseen_voices),
+                   help="comma-separated voices of test_unseen_voice (default %(default)s)")
+    p.add_argument("--no-augment", action="store_true",
+                   help="no acoustic augmentation and speed perturbation of train/valid")
     p.add_argument(
         "--babble-speakers",
         type=int,
@@ -70,6 +84,12 @@ def main(argv: list[str] | None = None) -> int | None:
         train_speakers=args.train_speakers,
         valid_speakers=args.valid_speakers,
         test_speakers=args.test_speakers,
+        num_test_unseen_voice=args.num_test_unseen_voice,
+        test_unseen_voice_speakers=args.test_unseen_voice_speakers,
+        train_voices=tuple(v for v in args.train_voices.split(",") if v),
+        unseen_voices=tuple(v for v in args.unseen_voices.split(",") if v),
+        speed_factors=(1.0,) if args.no_augment else SynthGridConfig.speed_factors,
+        augment=None if args.no_augment else SynthGridConfig().augment,
         babble_speakers=args.babble_speakers,
         babble_seconds=args.babble_seconds,
         babble_overlap=args.babble_overlap,

@@ -1,9 +1,17 @@
 """Generate the SynthGRID corpus: parallel, deterministic given the seed, resumable.
 
 Layout (see INTERFACES.md): ``<corpus>/<split>/<spk>/<utt>.{wav,mp4,txt,phn}`` for the splits train, valid,
-test (disjoint speakers), ``<corpus>/noise/babble_train.wav`` and ``babble_test.wav`` (babble of extra
-speakers, different ones for train and test), ``<corpus>/speakers.json`` (speaker id -> split, voice,
-prosody, appearance), ``<corpus>/synthgrid.json`` (the configuration) and ``<corpus>/.done`` at the end.
+test and test_unseen_voice (disjoint speakers), ``<corpus>/noise/babble_train.wav`` and ``babble_test.wav``
+(babble of extra speakers, different ones for train and test), ``<corpus>/speakers.json`` (speaker id ->
+split, voice, prosody, vocal tract, microphone, appearance), ``<corpus>/synthgrid.json`` (the
+configuration) and ``<corpus>/.done`` at the end.
+
+Voices: train, valid and the training babble speak with ``train_voices`` (default: every festival voice of
+:mod:`avsr.data.synthgrid.voices` but the held-out ones), test_unseen_voice with ``unseen_voices`` (voices in
+no training utterance: the recipe's voice-generalisation test), test and the test babble with the three
+English voices of the first corpora, drawn as then (the same files). Train and valid utterances pass
+through the acoustic augmentation (:mod:`avsr.data.synthgrid.augment`) and a per-utterance speed factor;
+the test splits are clean.
 
 Every random choice is seeded by ``(seed, split, index)`` of the utterance, never by the order of work, so
 the corpus is the same for any number of workers. Work is cut into batches of utterances of one voice, one
@@ -26,21 +34,30 @@ import numpy as np
 from tqdm import tqdm
 
 from avsr.data.media import write_wav
+from avsr.data.synthgrid.augment import AugmentConfig
 from avsr.data.synthgrid.babble import mix_babble, trim_silence
-from avsr.data.synthgrid.festival import VOICES, synthesize
+from avsr.data.synthgrid.festival import FestivalError, synthesize
 from avsr.data.synthgrid.grammar import festival_text, sample_sentence
-from avsr.data.synthgrid.speakers import Speaker, make_speakers
+from avsr.data.synthgrid.speakers import AUGMENTED_SPLITS, Speaker, make_speakers
 from avsr.data.synthgrid.utterance import (
     SAMPLE_RATE,
     UttSpec,
     normalise_level,
     write_utterance,
 )
+from avsr.data.synthgrid.voices import (
+    LEGACY_VOICES,
+    TRAIN_VOICES,
+    UNSEEN_VOICES,
+    VOICES,
+    installed_voices,
+)
 from avsr.fileio import write_text_atomic
 
 logger = logging.getLogger(__name__)
 
-SPLITS = ("train", "valid", "test")
+#: corpus splits; the order is part of the seeding (new splits are appended)
+SPLITS = ("train", "valid", "test", "test_unseen_voice")
 BABBLE_SETS = ("babble_train", "babble_test")
 
 
@@ -49,38 +66,50 @@ class SynthGridConfig:
     """Sizes and randomness of a SynthGRID corpus (everything that changes its content).
 
     Attributes:
-        num_train, num_valid, num_test: utterances per split (>= 0).
-        train_speakers, valid_speakers, test_speakers: speakers per split (>= 1); utterances go round-robin.
+        num_train, num_valid, num_test, num_test_unseen_voice: utterances per split (>= 0).
+        train_speakers, valid_speakers, test_speakers, test_unseen_voice_speakers: speakers per split
+            (>= 1); utterances go round-robin.
         babble_speakers: speakers of each babble set (train babble and test babble have their own).
         babble_seconds: length of each babble file in seconds (0: no babble files).
         babble_overlap: number of simultaneous talkers in the babble.
         seed: random seed.
         nuisance: strength of the per-utterance video nuisance (head motion, lighting, noise; 0 = none).
         target_jitter: token-to-token variation of the viseme targets (articulatory units).
+        train_voices: voices of train, valid and the training babble.
+        unseen_voices: voices of test_unseen_voice (must not be training voices).
+        speed_factors: per-utterance speed perturbation of train and valid, drawn uniformly.
+        augment: the acoustic augmentation of train and valid (None: clean).
     """
 
     num_train: int = 1500
     num_valid: int = 100
     num_test: int = 200
+    num_test_unseen_voice: int = 0
     train_speakers: int = 24
     valid_speakers: int = 4
     test_speakers: int = 6
+    test_unseen_voice_speakers: int = 6
     babble_speakers: int = 4
     babble_seconds: float = 60.0
     babble_overlap: int = 6
     seed: int = 0
     nuisance: float = 1.0
     target_jitter: float = 0.05
+    train_voices: tuple[str, ...] = TRAIN_VOICES
+    unseen_voices: tuple[str, ...] = UNSEEN_VOICES
+    speed_factors: tuple[float, ...] = (0.9, 1.0, 1.1)
+    augment: AugmentConfig | None = AugmentConfig()
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
-        for name in ("num_train", "num_valid", "num_test"):
+        for name in ("num_train", "num_valid", "num_test", "num_test_unseen_voice"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SynthGRID config: {name} must be >= 0, got {getattr(self, name)}")
         for name in (
             "train_speakers",
             "valid_speakers",
             "test_speakers",
+            "test_unseen_voice_speakers",
             "babble_speakers",
             "babble_overlap",
         ):
@@ -89,6 +118,25 @@ class SynthGridConfig:
         for name in ("babble_seconds", "nuisance", "target_jitter"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SynthGRID config: {name} must be >= 0, got {getattr(self, name)}")
+        for name in ("train_voices", "unseen_voices"):
+            unknown = [v for v in getattr(self, name) if v not in VOICES]
+            if unknown or not getattr(self, name):
+                raise ValueError(f"SynthGRID config: {name} must be voices of {sorted(VOICES)}, got "
+                                 f"{list(getattr(self, name))}")
+        both = set(self.train_voices) & set(self.unseen_voices)
+        if both:
+            raise ValueError(f"SynthGRID config: voices {sorted(both)} are both training and unseen voices")
+        if not self.speed_factors or any(not 0.5 <= f <= 2.0 for f in self.speed_factors):
+            raise ValueError(f"SynthGRID config: speed_factors must be in [0.5, 2], got {self.speed_factors}")
+        if self.augment is not None:
+            self.augment.check()
+
+    def voices_used(self) -> list[str]:
+        """The festival voices the corpus needs (sorted)."""
+        used = set(LEGACY_VOICES) | set(self.train_voices)
+        if self.num_test_unseen_voice > 0:
+            used |= set(self.unseen_voices)
+        return sorted(used)
 
     def speakers(self) -> list[Speaker]:
         """All speakers (corpus splits and babble sets)."""
@@ -98,8 +146,11 @@ class SynthGridConfig:
             "test": self.test_speakers,
             "babble_train": self.babble_speakers,
             "babble_test": self.babble_speakers,
+            "test_unseen_voice": self.test_unseen_voice_speakers,
         }
-        return make_speakers(counts, self.seed)
+        voices = {"train": self.train_voices, "valid": self.train_voices, "babble_train": self.train_voices,
+                  "test_unseen_voice": self.unseen_voices}
+        return make_speakers(counts, self.seed, voices, self.augment)
 
 
 def plan_utterances(config: SynthGridConfig, speakers: list[Speaker]) -> list[UttSpec]:
@@ -111,11 +162,17 @@ def plan_utterances(config: SynthGridConfig, speakers: list[Speaker]) -> list[Ut
     specs = []
     for split_index, split in enumerate(SPLITS):
         members = [s for s in speakers if s.split == split]
+        augmented = split in AUGMENTED_SPLITS
         for j in range(getattr(config, f"num_{split}")):
             words = sample_sentence(np.random.default_rng([config.seed, split_index, j]))
             speaker = members[j % len(members)]
+            speed = 1.0
+            if augmented:
+                rng = np.random.default_rng([config.seed, split_index, j, 2])
+                speed = float(config.speed_factors[int(rng.integers(len(config.speed_factors)))])
             specs.append(
-                UttSpec.make(split, speaker, j // len(members), words, (config.seed, split_index, j, 1))
+                UttSpec.make(split, speaker, j // len(members), words, (config.seed, split_index, j, 1),
+                             speed, config.augment if augmented else None, config.seed)
             )
     return specs
 
@@ -159,7 +216,7 @@ def _batches(specs: list[UttSpec], batch_size: int) -> list[list[UttSpec]]:
 def _corpus_job(job: tuple[list[UttSpec], str, float, float]) -> tuple[str, int, list]:
     """Worker: synthesise and write one batch of corpus utterances."""
     specs, root, nuisance, jitter = job
-    results = synthesize([s.speaker.request(s.utt_id, festival_text(s.words)) for s in specs])
+    results = synthesize([s.speaker.request(s.utt_id, festival_text(s.words), s.speed) for s in specs])
     for spec, result in zip(specs, results):
         write_utterance(spec, result, Path(root), nuisance, jitter)
     return "corpus", len(specs), []
@@ -176,13 +233,15 @@ def _babble_job(job: tuple[list[UttSpec], str]) -> tuple[str, int, list]:
     return name, len(specs), wavs
 
 
+#: rough CPU cost of synthesis per utterance in ms, by engine
+_SYNTH_MS = {"hts": 45.0, "diphone": 8.0, "clunits": 60.0}
+
+
 def _job_cost(job: tuple) -> float:
-    """Rough CPU cost of a job in ms (HTS synthesis ~45 ms per utterance, diphone ~5, video ~40)."""
+    """Rough CPU cost of a job in ms (synthesis by engine, video ~40 ms, augmentation ~20 ms)."""
     kind, payload = job
     specs = payload[0]
-    per_utt = (45.0 if VOICES[specs[0].speaker.voice][0] == "hts" else 5.0) + (
-        40.0 if kind == "corpus" else 0.0
-    )
+    per_utt = _SYNTH_MS[VOICES[specs[0].speaker.voice].engine] + (60.0 if kind == "corpus" else 0.0)
     return 200.0 + per_utt * len(specs)
 
 
@@ -194,7 +253,7 @@ def _run_job(job: tuple) -> tuple[str, int, list]:
 def _check_previous_config(root: Path, config: SynthGridConfig) -> None:
     """Refuse to resume into a directory generated with another configuration."""
     path = root / "synthgrid.json"
-    wanted = dataclasses.asdict(config)
+    wanted = json.loads(json.dumps(dataclasses.asdict(config)))  # tuples as JSON lists
     if path.is_file():
         found = json.loads(path.read_text())
         if found != wanted:
@@ -230,6 +289,11 @@ def generate(
     config.check()
     if nj < 1 or batch_size < 1:
         raise ValueError(f"nj and batch_size must be >= 1, got {nj} and {batch_size}")
+    missing = [v for v in config.voices_used() if v not in installed_voices()]
+    if missing:
+        packages = " ".join(VOICES[v].package for v in missing)
+        raise FestivalError(f"festival voice(s) {missing} not installed (Debian packages {packages}; "
+                            "bash scripts/install.sh installs them)")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     _check_previous_config(root, config)

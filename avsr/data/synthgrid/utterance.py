@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from avsr.data.media import write_video, write_wav
+from avsr.data.synthgrid.augment import AugmentConfig, AugmentError, apply_plan, plan
 from avsr.data.synthgrid.festival import Synthesis
 from avsr.data.synthgrid.grammar import sentence_code, transcript
 from avsr.data.synthgrid.render import Nuisance, render_frames
@@ -30,11 +31,17 @@ LEVEL_DBFS = -23.0
 
 @dataclass(frozen=True)
 class UttSpec:
-    """What to generate for one utterance; ``seed`` seeds all its randomness (video jitter and nuisance).
+    """What to generate for one utterance; ``seed`` seeds all its randomness.
+
+    The video (articulation jitter, nuisance, sensor noise) draws from ``default_rng(seed)``, the acoustic
+    augmentation from ``default_rng(seed + (7,))``: both depend on the utterance alone, never on the order
+    of work.
 
     Attributes:
         utt_id: ``<spk>_<sentence-code>_<n>``.  split: corpus split.  speaker: who says it.
         words: the sentence (six upper-case words).  seed: entropy for ``numpy.random.default_rng``.
+        speed: speed perturbation (multiplies the speaker's tape factor).
+        augment: the acoustic augmentation (None: clean).  corpus_seed: seeds the room bank.
     """
 
     utt_id: str
@@ -42,13 +49,30 @@ class UttSpec:
     speaker: Speaker
     words: tuple[str, ...]
     seed: tuple[int, ...]
+    speed: float = 1.0
+    augment: AugmentConfig | None = None
+    corpus_seed: int = 0
 
     @staticmethod
     def make(
-        split: str, speaker: Speaker, index: int, words: tuple[str, ...], seed: tuple[int, ...]
+        split: str,
+        speaker: Speaker,
+        index: int,
+        words: tuple[str, ...],
+        seed: tuple[int, ...],
+        speed: float = 1.0,
+        augment: AugmentConfig | None = None,
+        corpus_seed: int = 0,
     ) -> UttSpec:
         """Build a spec, naming the utterance ``<spk>_<code>_<index:04d>``."""
-        return UttSpec(f"{speaker.id}_{sentence_code(words)}_{index:04d}", split, speaker, tuple(words), seed)
+        return UttSpec(f"{speaker.id}_{sentence_code(words)}_{index:04d}", split, speaker, tuple(words), seed,
+                       speed, augment, corpus_seed)
+
+    def augmentation(self) -> list[tuple[str, dict]]:
+        """The acoustic augmentation steps of this utterance (:func:`avsr.data.synthgrid.augment.plan`)."""
+        if self.augment is None:
+            return []
+        return plan(np.random.default_rng([*self.seed, 7]), self.augment)
 
     def path(self, root: Path, ext: str) -> Path:
         """``root/<split>/<spk>/<utt><ext>``."""
@@ -57,6 +81,15 @@ class UttSpec:
     def is_complete(self, root: Path) -> bool:
         """Whether all four files of the utterance exist."""
         return all(self.path(root, ext).is_file() for ext in EXTENSIONS)
+
+
+def speech_mask(num_samples: int, segments: list[tuple[float, float, str]]) -> np.ndarray:
+    """bool ``(num_samples,)``: the samples inside non-``pau`` phone segments."""
+    mask = np.zeros(num_samples, dtype=bool)
+    for start, end, phone in segments:
+        if phone != "pau":
+            mask[int(start * SAMPLE_RATE) : int(end * SAMPLE_RATE)] = True
+    return mask
 
 
 def normalise_level(wav: np.ndarray, level_db: float, segments: list[tuple[float, float, str]]) -> np.ndarray:
@@ -69,10 +102,7 @@ def normalise_level(wav: np.ndarray, level_db: float, segments: list[tuple[float
     Returns:
         float32 ``(N,)``.
     """
-    mask = np.zeros(wav.shape[0], dtype=bool)
-    for start, end, phone in segments:
-        if phone != "pau":
-            mask[int(start * SAMPLE_RATE) : int(end * SAMPLE_RATE)] = True
+    mask = speech_mask(wav.shape[0], segments)
     active = wav[mask] if mask.any() else wav
     rms = float(np.sqrt(np.mean(active.astype(np.float64) ** 2))) + 1e-9
     gain = 10.0 ** ((LEVEL_DBFS + level_db) / 20.0) / rms
@@ -141,14 +171,26 @@ def write_utterance(
 ) -> int:
     """Write the four files of one utterance (each atomically; the transcript last).
 
+    The audio is level-normalised, passes through the utterance's acoustic augmentation (if any, then
+    normalised again, so that the speaker's loudness holds), and is cut or padded to the video length.
+
     Returns:
         the number of video frames T.
 
     Raises:
         avsr.data.media.MediaError: a media file cannot be written.
+        avsr.data.synthgrid.augment.AugmentError: an augmentation step failed (names the utterance).
         ValueError: festival produced a phone without viseme (names the utterance).
     """
     wav = normalise_level(synthesis.wav, spec.speaker.level_db, synthesis.segments)
+    steps = spec.augmentation()
+    if spec.augment is not None and (steps or spec.speaker.channel.eq):
+        try:
+            wav = apply_plan(wav, steps, spec.speaker.channel, spec.augment, spec.corpus_seed,
+                             speech_mask(wav.shape[0], synthesis.segments))
+        except AugmentError as exc:
+            raise AugmentError(f"utterance {spec.utt_id}: {exc}") from exc
+        wav = normalise_level(wav, spec.speaker.level_db, synthesis.segments)
     wav, segments, num_frames = align_lengths(wav, synthesis.segments)
     rng = np.random.default_rng(list(spec.seed))
     try:

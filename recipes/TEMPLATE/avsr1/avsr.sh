@@ -265,6 +265,12 @@ stage_score() {
     "$python" -m avsr.bin.cluster_quality --report "${extra[@]}" --out "${results_dir}/cluster_quality.md"
     extra=(--append "${results_dir}/cluster_quality.md")
   fi
+  # the corpus recipe's own tables (optional): local/results_tables.sh DECODE_DIR CORPUS_DIR OUT.md
+  if [ -x local/results_tables.sh ]; then
+    local/results_tables.sh "${exp}/decode" "$corpus_dir" "${results_dir}/corpus_tables.md" --python "$python"
+    [ "${#extra[@]}" -gt 0 ] || extra=(--append)
+    extra+=("${results_dir}/corpus_tables.md")
+  fi
   "$python" -m avsr.bin.score "${src[@]}" --out "$results_dir" --notes "$notes" "${extra[@]}"
 }
 

@@ -5,19 +5,22 @@
 #   ./run.sh                          # everything
 #   ./run.sh --stage 9 --stop_stage 9 # training only (resumes from exp/<tag>/checkpoint.pt)
 #   ./run.sh --ngpu 1                 # train and decode on a GPU
-#   ./run.sh --num-train 6000         # corpus size (also --num-valid, --num-test, --train-speakers,
-#                                     --babble-seconds, --seed)
+#   ./run.sh --num-train 6000         # corpus size (also --num-valid, --num-test, --num-test-unseen-voice,
+#                                     --train-speakers, --test-unseen-voice-speakers, --babble-seconds,
+#                                     --seed, --train-voices, --unseen-voices, --no-augment true)
 # Any variable of ../../TEMPLATE/avsr1/avsr.sh can be set with --name value.
 set -euo pipefail
 cd "$(dirname "$0")"
 . ./path.sh
 
 corpus_dir=corpus
-corpus_opts=(--num-train 3000 --num-valid 100 --num-test 200 --train-speakers 600 --babble-seconds 60 --seed 0)
+corpus_opts=(--num-train 3000 --num-valid 100 --num-test 200 --num-test-unseen-voice 300 --train-speakers 600
+             --test-unseen-voice-speakers 10 --babble-seconds 60 --seed 0)
 rest=()
 while [ $# -gt 0 ]; do  # options of this corpus; the rest goes to the template
   case "$1" in
-    --num-train|--num-valid|--num-test|--train-speakers|--babble-seconds|--seed) corpus_opts+=("$1" "$2"); shift 2 ;;
+    --num-train|--num-valid|--num-test|--num-test-unseen-voice|--train-speakers|--test-unseen-voice-speakers|\
+    --babble-seconds|--seed|--train-voices|--unseen-voices|--no-augment) corpus_opts+=("$1" "$2"); shift 2 ;;
     --corpus-dir|--corpus_dir) corpus_dir="$2"; shift 2 ;;
     *) rest+=("$1"); shift ;;
   esac
@@ -26,7 +29,7 @@ done
 ../../TEMPLATE/avsr1/avsr.sh \
   --corpus-dir "$corpus_dir" \
   --local-data-opts "${corpus_opts[*]}" \
-  --train-set train --valid-set valid --test-sets test \
+  --train-set train --valid-set valid --test-sets "test test_unseen_voice" \
   --vocab-size 120 --bpemode bpe \
   --train-config conf/train/avsr_synthgrid_cpu.yaml \
   --decode-config conf/decode/default.yaml \
