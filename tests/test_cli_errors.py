@@ -25,7 +25,7 @@ def _run(capsys, tool: str, argv: list[str]) -> tuple[int, str]:
     return status, err[-1] if err else ""
 
 
-TRAIN = ["--train-data", "x", "--valid-data", "y", "--exp-dir", "exp", "--bpemodel", "b.model"]
+TRAIN = ["--train-data", "x", "--valid-data", "y", "--exp-dir", "{d}/exp", "--bpemodel", "b.model"]
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_a_crafted_checkpoint_is_refused_as_such(tmp_path, capsys):
 def test_debug_shows_the_traceback(files, capsys, monkeypatch):
     from avsr.config import ConfigError
 
-    argv = ["--config", str(files / "badkey.yaml"), *TRAIN]
+    argv = [a.format(d=files) for a in ["--config", str(files / "badkey.yaml"), *TRAIN]]
     with pytest.raises(ConfigError, match="lrr"):
         importlib.import_module("avsr.bin.train").main([*argv, "--debug"])
     monkeypatch.setenv("AVSR_DEBUG", "1")
