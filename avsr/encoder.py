@@ -32,6 +32,7 @@ from torch import nn
 from avsr.autograd import grad_multiply
 from avsr.compat.fairseq_avhubert import LoadedCheckpoint, load_state_strict, read_checkpoint
 from avsr.config import ConfigError, check_keys, config_path, from_dict, load_yaml
+from avsr.nn.modality import draw_modalities
 from avsr.nn.resnet import RESNET_RELU_TYPES, VideoFrontEnd
 from avsr.nn.transformer import ACTIVATIONS, TransformerEncoder
 
@@ -179,9 +180,9 @@ class AVHubertEncoder(nn.Module):
     audio-only, video-only and audio-visual input.
 
     Behaviour in training (``model.train()``): dropouts, layerdrop, and per-batch modality dropout when both
-    modalities are given -- unless the attribute ``modality_dropout_by_loader`` is True, which says that the
-    data pipeline already made that draw (:class:`avsr.data.dataset.ModalityBatchSampler`, as
-    :class:`avsr.train.trainer.Trainer` sets up) and hands over only the kept modalities. In eval mode the
+    modalities are given (:func:`avsr.nn.modality.draw_modalities`) -- unless the encoder has handed that
+    draw over to the data loader (:meth:`hand_over_modality_dropout`, read back as
+    ``modality_dropout_by_loader``), which then drops the modality before loading it. In eval mode the
     output on an utterance's valid frames does not depend on the other utterances of the batch or on the
     padding. Before the video front-end, padded video frames are set to zero, so that the 5-frame temporal
     kernel of the 3-D stem sees zeros past the end whatever the padding value was. As in the original, in
@@ -487,11 +488,33 @@ class AVHubertEncoder(nn.Module):
         the front-end -- the values the original gets from ``0 * features``, without the front-end's cost (its
         parameters then get no gradient in that step, and its BatchNorm statistics are not updated).
         """
-        if float(torch.rand(())) < self.config.modality_dropout:
-            if float(torch.rand(())) < self.config.audio_dropout:
-                return None, video
-            return audio, None
-        return audio, video
+        keep = draw_modalities(torch.rand(1, 2, dtype=torch.float64), self.config.modality_dropout,
+                               self.config.audio_dropout)[0]
+        return (None if keep == "video" else audio), (None if keep == "audio" else video)
+
+    def hand_over_modality_dropout(self, seed: int = 0, batch_sampler=None):
+        """Give the per-batch modality dropout draw to the training data loader; returns its sampler.
+
+        The encoder owns modality dropout (its probabilities ``modality_dropout`` / ``audio_dropout`` and the
+        rule :func:`avsr.nn.modality.draw_modalities`); by default it draws in :meth:`forward`. A trainer that
+        can skip loading (and cropping, and adding noise to) a modality the draw drops calls this once: it
+        returns an :class:`avsr.data.dataset.ModalityBatchSampler` that makes the same draws per batch
+        (seeded by ``seed`` and the epoch, so identical on every rank and after resumption) over
+        ``batch_sampler``, and from then on the encoder does not draw again
+        (``modality_dropout_by_loader`` is True). Without ``batch_sampler`` only the hand-over is made.
+
+        Raises:
+            ValueError: ``modality_dropout`` is 0 (nothing to hand over).
+        """
+        if self.config.modality_dropout <= 0:
+            raise ValueError("modality_dropout is 0: the encoder has no modality dropout to hand over")
+        self.modality_dropout_by_loader = True
+        if batch_sampler is None:
+            return None
+        from avsr.data.dataset import ModalityBatchSampler
+
+        return ModalityBatchSampler(batch_sampler, self.config.modality_dropout, self.config.audio_dropout,
+                                    seed=seed)
 
     def forward(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,
                 prev_states: Any = None, video_features: torch.Tensor | None = None

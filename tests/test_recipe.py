@@ -104,7 +104,8 @@ def test_pretrain_recipe_clusters_pretrains_and_compares_with_scratch(tmp_path):
     pre_cfg = tiny_pretrain_config(tmp_path, train_cfg)
     args = ["--corpus-dir", str(tmp_path / "corpus"), "--data-dir", str(tmp_path / "data"),
             "--exp-dir", str(tmp_path / "exp"), "--num-train", "20", "--num-valid", "4", "--num-test", "4",
-            "--train-speakers", "4", "--babble-seconds", "8", "--pretrain-config", str(pre_cfg),
+            "--train-speakers", "4", "--num-test-unseen-voice", "4", "--test-unseen-voice-speakers", "2",
+            "--babble-seconds", "8", "--pretrain-config", str(pre_cfg),
             "--train-config", str(train_cfg), "--decode-config", str(decode_cfg), "--test-snrs", "0",
             "--km-classes", "8", "--km-classes2", "6", "--finetune-percent", "50", "--tag", "tiny"]
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin:/usr/local/bin", "PYTHONUNBUFFERED": "1"}
@@ -132,7 +133,8 @@ def test_pretrain_recipe_clusters_pretrains_and_compares_with_scratch(tmp_path):
     assert "encoder initialised from" not in (exp / "tiny_scratch" / "train.log").read_text()
     rows = json.loads((exp / "tiny_compare" / "results.json").read_text())
     assert {r["system"] for r in rows} == {"tiny_pretrained", "tiny_scratch"}
-    assert len(rows) == 2 * 3 * 2  # systems x modalities x (clean, babble 0 dB)
+    assert {r["test_set"] for r in rows} == {"test", "test_unseen_voice"}
+    assert len(rows) == 2 * 2 * 3 * 2  # systems x test sets x modalities x (clean, babble 0 dB)
     md = (exp / "tiny_compare" / "RESULTS.md").read_text()
     assert "Systems compared" in md and "Cluster quality" in md and "PNMI" in md
     times = (exp / "tiny_compare" / "stage_times.tsv").read_text().splitlines()

@@ -70,6 +70,23 @@ def test_resumed_training_equals_uninterrupted_training(setup, tmp_path):
     assert len((tmp_path / "b" / "train_log.jsonl").read_text().splitlines()) == 2
 
 
+def test_resume_takes_the_learning_rate_of_the_config_and_checkpoints_record_the_data(setup, tmp_path):
+    tok, utts = setup
+    first = make_trainer(tok, utts, tmp_path, max_epoch=1)
+    first.run()
+    ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert ckpt["data_stats"] == {"max_frames": max(u.num_frames for u in utts), "num_utts": len(utts)}
+    resumed = make_trainer(tok, utts, tmp_path, max_epoch=2)
+    resumed.cfg.lr, resumed.cfg.weight_decay = 4e-3, 0.05  # resumed with --allow-config-change
+    assert resumed.resume()
+    factor = lr_lambda(resumed.step, 2, resumed.total_steps, resumed.cfg.final_lr_scale)
+    for group in resumed.optimizer.param_groups:
+        assert group["initial_lr"] == 4e-3 and group["weight_decay"] == 0.05
+        assert group["lr"] == pytest.approx(4e-3 * factor)
+    assert resumed.scheduler.get_last_lr() == [pytest.approx(4e-3 * factor)] * len(
+        resumed.optimizer.param_groups)
+
+
 def test_checkpoint_average_and_truncated_file(tmp_path):
     save_atomic({"model": {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(1)}}, tmp_path / "epoch1.pt")
     save_atomic({"model": {"w": torch.tensor([3.0, 6.0]), "n": torch.tensor(2)}}, tmp_path / "epoch2.pt")
@@ -152,6 +169,9 @@ def test_modality_dropout_is_drawn_by_the_loader_and_not_again_by_the_encoder(se
     trainer = make_trainer(tok, utts, tmp_path, max_epoch=1)
     encoder = trainer.model.encoder
     assert isinstance(trainer.sampler, ModalityBatchSampler) and encoder.modality_dropout_by_loader
+    # one rule: the loader's draws are the encoder's (same probabilities, same function)
+    assert (trainer.sampler.modality_dropout, trainer.sampler.audio_dropout) == (
+        encoder.config.modality_dropout, encoder.config.audio_dropout)
     for epoch in range(3):
         trainer.sampler.set_epoch(epoch)
         drawn = trainer.sampler.modalities(len(trainer.sampler))

@@ -33,6 +33,7 @@ from avsr.features import (
     speed_frame_index,
     speed_perturb,
 )
+from avsr.nn.modality import draw_modalities
 
 MODALITIES = ("audio", "video")
 
@@ -478,7 +479,9 @@ class ModalityBatchSampler(torch.utils.data.Sampler):
     "audiovisual". These are the draws of ``AVHubertModel.forward`` in av_hubert's ``hubert.py`` (one per
     batch, ``modality_dropout`` / ``audio_dropout``), made from a generator seeded by ``seed`` and the epoch
     instead of the global RNG: the j-th batch of an epoch gets the same draw on every rank and after a
-    resumption. The model must then not drop again (``AVHubertEncoder.modality_dropout_by_loader``).
+    resumption, with the encoder's rule (:func:`avsr.nn.modality.draw_modalities`). Made by
+    :meth:`avsr.encoder.AVHubertEncoder.hand_over_modality_dropout`, after which the encoder does not draw
+    again.
 
     Args:
         batch_sampler: yields lists of indices; ``set_epoch`` is forwarded to it.
@@ -507,10 +510,7 @@ class ModalityBatchSampler(torch.utils.data.Sampler):
         """The modalities of this epoch's first ``num_batches`` batches (keys of :data:`BATCH_MODALITIES`)."""
         g = torch.Generator().manual_seed(stable_seed(self.seed, self.epoch, "modality_dropout"))
         u = torch.rand(num_batches, 2, generator=g, dtype=torch.float64)
-        dropped = u[:, 0] < self.modality_dropout
-        audio_dropped = u[:, 1] < self.audio_dropout
-        return ["audiovisual" if not d else ("video" if a else "audio")
-                for d, a in zip(dropped.tolist(), audio_dropped.tolist())]
+        return draw_modalities(u, self.modality_dropout, self.audio_dropout)
 
     def __iter__(self) -> Iterator[list[tuple[int, str]]]:
         batches = list(self.batch_sampler)

@@ -272,7 +272,8 @@ class Trainer:
     When the model's encoder has ``modality_dropout > 0`` and the training set loads both modalities, the
     length-bucketed batches are wrapped in :class:`avsr.data.dataset.ModalityBatchSampler`, which makes
     AV-HuBERT's per-batch modality draw in the loader (same draw on every rank, reproducible on resumption),
-    and the encoder's own draw is switched off (``modality_dropout_by_loader``).
+    made by the encoder (:meth:`avsr.encoder.AVHubertEncoder.hand_over_modality_dropout`: it owns the rule
+    and the probabilities), whose own draw is then switched off.
     """
 
     def __init__(
@@ -297,6 +298,8 @@ class Trainer:
         self.model_config = model_config
         self.train_set, self.valid_set = train_set, valid_set
         lengths = [train_set.num_frames(i) for i in range(len(train_set))]
+        # what inference needs to know of the training data (the Transcriber's warning and segmentation)
+        self.data_stats = {"max_frames": max(lengths, default=0), "num_utts": len(lengths)}
         buckets = BucketBatchSampler(
             lengths,
             cfg.batch_frames,
@@ -312,9 +315,7 @@ class Trainer:
                 and set(train_set.modalities) == {"audio", "video"}):
             # modality dropout drawn per batch by the loader: audio-only batches skip the video's crop and
             # get their own noise probability; the encoder then does not draw again
-            self.sampler = ModalityBatchSampler(buckets, encoder.config.modality_dropout,
-                                                encoder.config.audio_dropout, seed=cfg.seed)
-            encoder.modality_dropout_by_loader = True
+            self.sampler = encoder.hand_over_modality_dropout(seed=cfg.seed, batch_sampler=buckets)
         vlen = [valid_set.num_frames(i) for i in range(len(valid_set))]
         self.valid_sampler = BucketBatchSampler(vlen, cfg.batch_frames, cfg.max_batch_size, shuffle=False)
         self.loader = torch.utils.data.DataLoader(
@@ -359,10 +360,25 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        self._apply_optimizer_settings()
         self.epoch, self.step = state["epoch"], state["step"]
         torch.set_rng_state(state["rng_cpu"])
         logger.info("resumed from %s at epoch %d, step %d", path, self.epoch, self.step)
         return True
+
+    def _apply_optimizer_settings(self) -> None:
+        """After loading optimizer/scheduler state: the configuration's ``lr``, ``betas`` and ``weight_decay``
+        win over the saved ones (the saved state holds the values of the run that wrote it, so a learning rate
+        changed with ``--allow-config-change`` would otherwise be ignored silently); the schedule's position
+        (step) is kept."""
+        for group in self.optimizer.param_groups:
+            group["initial_lr"] = self.cfg.lr
+            group["betas"] = tuple(self.cfg.betas)
+            group["weight_decay"] = self.cfg.weight_decay
+        self.scheduler.base_lrs = [self.cfg.lr] * len(self.optimizer.param_groups)
+        for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
+            group["lr"] = self.cfg.lr * factor(self.scheduler.last_epoch)
+        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]  # get_last_lr()
 
     def _to(self, batch: dict) -> dict:
         return {
@@ -464,7 +480,8 @@ class Trainer:
         if not self.is_main:
             return
         model_state = self.model.state_dict()
-        meta = {"model_config": self.model_config, "epoch": self.epoch, "step": self.step, "valid": valid}
+        meta = {"model_config": self.model_config, "epoch": self.epoch, "step": self.step, "valid": valid,
+                "data_stats": self.data_stats}
         save_atomic({"model": model_state, **meta}, self.exp_dir / f"epoch{self.epoch}.pt")
         save_atomic(
             {
