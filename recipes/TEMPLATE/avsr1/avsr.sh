@@ -59,6 +59,8 @@ km_layer=${km_layer:-}                     # layer of iteration 1's model for it
 km_percent=${km_percent:--1}              # share of the utterances used to fit k-means, 0..1 (-1: all)
 scratch_baseline=${scratch_baseline:-false}  # also train the same model from scratch (stage 9)
 init_encoder=${init_encoder:-}             # stage 9 without pretraining stages: start the encoder from this
+train_opts=${train_opts:-}                 # more options of avsr.bin.train, e.g. "--precision bf16"
+decode_opts=${decode_opts:-}               # more options of avsr.bin.decode, e.g. "--precision bf16"
 
 # ---- options: --name value ----
 while [ $# -gt 0 ]; do
@@ -208,7 +210,7 @@ stage_train() {
     # shellcheck disable=SC2046
     $(launcher) -m avsr.bin.train --config "$train_config" --train-data "${data_dir}/${asr_train_set}" \
       --valid-data "${data_dir}/${valid_set}" --bpemodel "${token_dir}/bpe.model" --exp-dir "$sys" \
-      --ngpu "$([ "$ngpu" -gt 0 ] && echo 1 || echo 0)" "${noise_opt[@]}" "${opts[@]}"
+      --ngpu "$([ "$ngpu" -gt 0 ] && echo 1 || echo 0)" "${noise_opt[@]}" "${opts[@]}" $train_opts
   done
 }
 
@@ -231,7 +233,7 @@ stage_decode() {
       # shellcheck disable=SC2086
       "$python" -m avsr.bin.decode --exp-dir "$sys" --data "${data_dir}/${t}" --test-set "$t" \
         --decode-config "$decode_config" --modalities ${groups[$i]} --average-nbest "$average_nbest" \
-        --out "${sys}/decode" --ngpu "$dev" "${noise_opt[@]}" > "$lg" 2>&1 &
+        --out "${sys}/decode" --ngpu "$dev" "${noise_opt[@]}" $decode_opts > "$lg" 2>&1 &
       pids+=($!); logs+=("$lg")
       log "decoding ${sys##*/}: ${t} / ${groups[$i]} (pid $!, log ${lg})"
     done
