@@ -21,13 +21,7 @@ from avsr.nn.decoder import TransformerDecoder
 BLANK = 0
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small tensors: one intra-op thread is faster (and steadier on a shared 2-core machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def collapse(path):

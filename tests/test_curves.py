@@ -3,19 +3,12 @@
 import json
 
 import pytest
-import torch
 from PIL import Image
 
 from avsr.train.curves import TrainingCurves, plot_curves, read_train_log
 from tests.test_trainer import make_trainer, setup  # noqa: F401  (setup is a fixture)
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def scalar_tags(event_dir):

@@ -36,12 +36,7 @@ TINY = dict(
 D = 104 + 96 * 96
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def packed_batch(seed=0, lens=(12, 9)):

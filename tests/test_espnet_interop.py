@@ -28,23 +28,10 @@ from avsr.models.asr import AVSRModel  # noqa: E402
 from avsr.nn.decoder import TransformerDecoder  # noqa: E402
 from avsr.train.checkpoint import save_atomic  # noqa: E402
 from tests.test_data import WORDS, make_utt  # noqa: E402
+from tests.test_espnet import TINY as ESPNET_TINY  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = dict(
-    encoder_layers=1,
-    encoder_embed_dim=16,
-    encoder_ffn_embed_dim=32,
-    encoder_attention_heads=2,
-    conv_pos=4,
-    conv_pos_groups=2,
-    resnet_widths=[2, 2, 4, 4],
-    dropout=0.0,
-    dropout_input=0.0,
-    attention_dropout=0.0,
-    encoder_layerdrop=0.0,
-    modality_dropout=0.5,
-    audio_dropout=0.5,
-)
+TINY = dict(ESPNET_TINY, modality_dropout=0.5, audio_dropout=0.5)
 D = 104 + 96 * 96
 
 
