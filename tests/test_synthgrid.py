@@ -155,6 +155,7 @@ def test_missing_festival_executable_is_a_clear_error():
 TINY = SynthGridConfig(
     num_train=6, num_valid=2, num_test=3, num_test_unseen_voice=2, train_speakers=3, valid_speakers=1,
     test_speakers=2, test_unseen_voice_speakers=2, babble_speakers=2, babble_seconds=2.0,
+    train_corpus="voices",
 )  # fmt: skip
 SPLIT_NAMES = ("train", "valid", "test", "test_unseen_voice")
 
@@ -297,6 +298,26 @@ def test_training_audio_is_augmented_reproducibly(tiny_corpus):
 
 
 # --- pieces without festival --------------------------------------------------------------------------------
+
+
+def test_english_training_corpus_is_the_first_corpora_s():
+    """train_corpus "english" (the recipe's default): train, valid and the training babble are the three
+    English voices drawn as the first corpora drew them, clean and unperturbed; only test_unseen_voice uses
+    other voices."""
+    from avsr.data.synthgrid.generate import plan_utterances
+    from avsr.data.synthgrid.speakers import make_speakers
+
+    config = dataclasses.replace(TINY, train_corpus="english")
+    speakers = config.speakers()
+    for spk in speakers:
+        assert (spk.voice in UNSEEN_VOICES) == (spk.split == "test_unseen_voice")
+    legacy = make_speakers({"train": 3, "valid": 1}, config.seed)  # no voices given: the first corpora's draw
+    assert [s for s in speakers if s.split in ("train", "valid")] == legacy
+    for spec in plan_utterances(config, speakers):
+        assert spec.augment is None and spec.speed == 1.0
+    assert config.voices_used() == sorted(set(LEGACY_VOICES) | set(UNSEEN_VOICES))
+    with pytest.raises(ValueError, match="train_corpus"):
+        dataclasses.replace(TINY, train_corpus="german").check()
 
 
 def test_align_lengths_gives_640_samples_per_frame():

@@ -15,7 +15,7 @@ import sys
 
 from avsr.bin.runner import UsageError, tool
 from avsr.data.synthgrid.festival import FestivalError
-from avsr.data.synthgrid.generate import SynthGridConfig, generate
+from avsr.data.synthgrid.generate import TRAIN_CORPORA, SynthGridConfig, generate
 from avsr.data.synthgrid.voices import VOICES
 
 
@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
                    f"known: {','.join(sorted(VOICES))})")
     p.add_argument("--unseen-voices", default=",".join(d.unseen_voices),
                    help="comma-separated voices of test_unseen_voice (default %(default)s)")
+    p.add_argument("--train-corpus", choices=TRAIN_CORPORA, default=d.train_corpus,
+                   help="english: train/valid of the three English voices, clean (the first corpora's); "
+                   "voices: every --train-voices voice, wider speaker ranges, speed perturbation and "
+                   "acoustic augmentation (default %(default)s)")
     p.add_argument("--no-augment", action="store_true",
                    help="no acoustic augmentation and speed perturbation of train/valid")
     p.add_argument(
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int | None:
         unseen_voices=tuple(v for v in args.unseen_voices.split(",") if v),
         speed_factors=(1.0,) if args.no_augment else SynthGridConfig.speed_factors,
         augment=None if args.no_augment else SynthGridConfig().augment,
+        train_corpus=args.train_corpus,
         babble_speakers=args.babble_speakers,
         babble_seconds=args.babble_seconds,
         babble_overlap=args.babble_overlap,

@@ -6,12 +6,14 @@ test and test_unseen_voice (disjoint speakers), ``<corpus>/noise/babble_train.wa
 split, voice, prosody, vocal tract, microphone, appearance), ``<corpus>/synthgrid.json`` (the
 configuration) and ``<corpus>/.done`` at the end.
 
-Voices: train, valid and the training babble speak with ``train_voices`` (default: every festival voice of
-:mod:`avsr.data.synthgrid.voices` but the held-out ones), test_unseen_voice with ``unseen_voices`` (voices in
-no training utterance: the recipe's voice-generalisation test), test and the test babble with the three
-English voices of the first corpora, drawn as then (the same files). Train and valid utterances pass
-through the acoustic augmentation (:mod:`avsr.data.synthgrid.augment`) and a per-utterance speed factor;
-the test splits are clean.
+Voices: with ``train_corpus="voices"`` train, valid and the training babble speak with ``train_voices``
+(default: every festival voice of :mod:`avsr.data.synthgrid.voices` but the held-out ones, half of the
+speakers native English), and their utterances pass through the acoustic augmentation
+(:mod:`avsr.data.synthgrid.augment`) and a per-utterance speed factor; with ``train_corpus="english"`` (the
+default) they are the first corpora's three English voices, drawn as then, clean. test_unseen_voice speaks
+with ``unseen_voices`` (voices in no training utterance: the recipe's voice-generalisation test), test and the
+test babble with the three English voices of the first corpora, drawn as then (the same files). The test
+splits are clean.
 
 Every random choice is seeded by ``(seed, split, index)`` of the utterance, never by the order of work, so
 the corpus is the same for any number of workers. Work is cut into batches of utterances of one voice, one
@@ -58,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 #: corpus splits; the order is part of the seeding (new splits are appended)
 SPLITS = ("train", "valid", "test", "test_unseen_voice")
+#: what the training splits are made of (:attr:`SynthGridConfig.train_corpus`)
+TRAIN_CORPORA = ("english", "voices")
 BABBLE_SETS = ("babble_train", "babble_test")
 
 
@@ -79,6 +83,11 @@ class SynthGridConfig:
         unseen_voices: voices of test_unseen_voice (must not be training voices).
         speed_factors: per-utterance speed perturbation of train and valid, drawn uniformly.
         augment: the acoustic augmentation of train and valid (None: clean).
+        train_corpus: ``"english"``: train, valid and the training babble are drawn as in the first SynthGRID
+            corpora (the three English voices, their prosody ranges, clean, no speed perturbation;
+            ``train_voices``, ``speed_factors`` and ``augment`` unused) -- the default recipe's corpus;
+            ``"voices"``: every voice of ``train_voices`` with the wider speaker ranges, speed perturbation
+            and acoustic augmentation (:data:`TRAIN_CORPORA`).
     """
 
     num_train: int = 1500
@@ -99,9 +108,13 @@ class SynthGridConfig:
     unseen_voices: tuple[str, ...] = UNSEEN_VOICES
     speed_factors: tuple[float, ...] = (0.9, 1.0, 1.1)
     augment: AugmentConfig | None = AugmentConfig()
+    train_corpus: str = "english"
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
+        if self.train_corpus not in TRAIN_CORPORA:
+            raise ValueError(f"SynthGRID config: train_corpus must be one of {list(TRAIN_CORPORA)}, got "
+                             f"{self.train_corpus!r}")
         for name in ("num_train", "num_valid", "num_test", "num_test_unseen_voice"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SynthGRID config: {name} must be >= 0, got {getattr(self, name)}")
@@ -133,7 +146,7 @@ class SynthGridConfig:
 
     def voices_used(self) -> list[str]:
         """The festival voices the corpus needs (sorted)."""
-        used = set(LEGACY_VOICES) | set(self.train_voices)
+        used = set(LEGACY_VOICES) | (set(self.train_voices) if self.train_corpus == "voices" else set())
         if self.num_test_unseen_voice > 0:
             used |= set(self.unseen_voices)
         return sorted(used)
@@ -148,8 +161,9 @@ class SynthGridConfig:
             "babble_test": self.babble_speakers,
             "test_unseen_voice": self.test_unseen_voice_speakers,
         }
-        voices = {"train": self.train_voices, "valid": self.train_voices, "babble_train": self.train_voices,
-                  "test_unseen_voice": self.unseen_voices}
+        voices = {"test_unseen_voice": self.unseen_voices}
+        if self.train_corpus == "voices":
+            voices.update(train=self.train_voices, valid=self.train_voices, babble_train=self.train_voices)
         return make_speakers(counts, self.seed, voices, self.augment)
 
 
@@ -162,7 +176,7 @@ def plan_utterances(config: SynthGridConfig, speakers: list[Speaker]) -> list[Ut
     specs = []
     for split_index, split in enumerate(SPLITS):
         members = [s for s in speakers if s.split == split]
-        augmented = split in AUGMENTED_SPLITS
+        augmented = split in AUGMENTED_SPLITS and config.train_corpus == "voices"
         for j in range(getattr(config, f"num_{split}")):
             words = sample_sentence(np.random.default_rng([config.seed, split_index, j]))
             speaker = members[j % len(members)]

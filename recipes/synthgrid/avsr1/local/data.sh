@@ -2,7 +2,7 @@
 # Stage 1 of the SynthGRID recipe: generate the corpus (resumable: finished utterances are kept).
 #   local/data.sh --corpus-dir corpus --nj 2 [--num-train 3000 --num-valid 100 --num-test 200
 #     --num-test-unseen-voice 300 --train-speakers 600 --test-unseen-voice-speakers 10 --seed 0
-#     --train-voices v1,v2,.. --unseen-voices v3,.. --no-augment true]
+#     --train-corpus english|voices --train-voices v1,v2,.. --unseen-voices v3,.. --no-augment true]
 set -euo pipefail
 corpus_dir=corpus
 nj=2
@@ -15,6 +15,7 @@ train_speakers=600
 test_unseen_voice_speakers=10
 seed=0
 babble_seconds=60
+train_corpus=english
 train_voices=""
 unseen_voices=""
 no_augment=false
@@ -31,6 +32,7 @@ while [ $# -gt 0 ]; do
     --test-unseen-voice-speakers) test_unseen_voice_speakers="$2" ;;
     --seed) seed="$2" ;;
     --babble-seconds) babble_seconds="$2" ;;
+    --train-corpus) train_corpus="$2" ;;
     --train-voices) train_voices="$2" ;;
     --unseen-voices) unseen_voices="$2" ;;
     --no-augment) no_augment="$2" ;;
@@ -39,7 +41,7 @@ while [ $# -gt 0 ]; do
   shift 2
 done
 command -v festival >/dev/null || { echo "festival is not installed: run scripts/install.sh" >&2; exit 1; }
-opts=()
+opts=(--train-corpus "$train_corpus")
 [ -n "$train_voices" ] && opts+=(--train-voices "$train_voices")
 [ -n "$unseen_voices" ] && opts+=(--unseen-voices "$unseen_voices")
 [ "$no_augment" = true ] && opts+=(--no-augment)
