@@ -257,9 +257,11 @@ def frame_motion(frames: torch.Tensor) -> torch.Tensor:
 def pause_cuts(activity: torch.Tensor, max_frames: int, min_fraction: float = 0.5) -> list[int]:
     """Where to cut a long input into pieces of at most ``max_frames`` frames: at pauses.
 
-    Greedy from the start: the next cut is the frame of least ``activity`` (smoothed over 3 frames) between
-    ``min_fraction * max_frames`` and ``max_frames`` frames after the previous cut, so a piece ends in the
-    quietest stretch available; the last piece is what remains (at most ``max_frames``).
+    Greedy from the start: the next cut is in the pause of least ``activity`` (smoothed over 3 frames) between
+    ``min_fraction * max_frames`` and ``max_frames`` frames after the previous cut -- at the middle of the run
+    of frames around the minimum that stay within 10% of the window's range above it, so that neither piece
+    loses the faint ends of its words (a final release, a soft onset); the last piece is what remains (at most
+    ``max_frames``).
 
     Args:
         activity: ``(T,)`` per-frame activity (:func:`frame_energy_db`, :func:`frame_motion`).
@@ -276,7 +278,14 @@ def pause_cuts(activity: torch.Tensor, max_frames: int, min_fraction: float = 0.
     low = max(1, int(min_fraction * max_frames))
     while num - start > max_frames:
         window = smooth[start + low : start + max_frames + 1]
-        cut = start + low + int(torch.argmin(window))
+        m = int(torch.argmin(window))
+        quiet = (window <= window[m] + 0.1 * (window.max() - window[m])).tolist()
+        a = b = m
+        while a > 0 and quiet[a - 1]:
+            a -= 1
+        while b + 1 < len(quiet) and quiet[b + 1]:
+            b += 1
+        cut = start + low + (a + b + 1) // 2
         cuts.append(cut)
         start = cut
     return cuts

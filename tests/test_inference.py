@@ -303,7 +303,7 @@ def test_pause_cuts_cut_in_the_quietest_stretch_within_the_limit():
     activity = torch.full((100,), 50.0)
     activity[30:34] = -40.0  # a pause
     activity[70:72] = -30.0  # a shorter, louder pause
-    assert pause_cuts(activity, max_frames=50) == [31, 70]  # smoothed minima inside the pauses
+    assert pause_cuts(activity, max_frames=50) == [32, 71]  # the middle of the smoothed minimum of each pause
     assert all(b - a <= 40 for a, b in zip([0, *pause_cuts(activity, 40)], [*pause_cuts(activity, 40), 100]))
     assert pause_cuts(activity[:40], max_frames=50) == []
 

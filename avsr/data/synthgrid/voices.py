@@ -306,10 +306,11 @@ LEGACY_VOICES = ("cmu_us_slt_arctic_hts", "kal_diphone", "ked_diphone")
 #: voices held out of training: the speakers of the ``test_unseen_voice`` split
 UNSEEN_VOICES = ("pc_diphone", "upc_ca_ona_hts")
 
-#: the cycle of voices of the training, validation and training-babble speakers of the ``voices`` training
-#: corpus (speaker i speaks with entry i mod len): every accented voice once, each followed by one of the three
-#: English voices in turn, so that half of the speakers speak native English and the accented voices add
-#: diversity around them (see recipes/synthgrid/avsr1/RESULTS.md for what it gave at the default budget).
+#: the cycle of voices of the training, validation and training-babble speakers of the ``voices``
+#: training corpus (speaker i speaks with entry i mod len): every accented voice once, each followed by one
+#: of the three English voices in turn, so that half of the speakers speak native English and the accented
+#: voices add diversity around them (see recipes/synthgrid/avsr1/RESULTS.md for what it gave at the default
+#: budget).
 TRAIN_VOICES = tuple(
     name
     for i, accented in enumerate(v for v in VOICES if v not in UNSEEN_VOICES and v not in LEGACY_VOICES)
