@@ -492,7 +492,7 @@ class AVHubertEncoder(nn.Module):
                                self.config.audio_dropout)[0]
         return (None if keep == "video" else audio), (None if keep == "audio" else video)
 
-    def hand_over_modality_dropout(self, seed: int = 0, batch_sampler=None):
+    def hand_over_modality_dropout(self, batch_sampler, seed: int = 0):
         """Give the per-batch modality dropout draw to the training data loader; returns its sampler.
 
         The encoder owns modality dropout (its probabilities ``modality_dropout`` / ``audio_dropout`` and the
@@ -501,18 +501,16 @@ class AVHubertEncoder(nn.Module):
         returns an :class:`avsr.data.dataset.ModalityBatchSampler` that makes the same draws per batch
         (seeded by ``seed`` and the epoch, so identical on every rank and after resumption) over
         ``batch_sampler``, and from then on the encoder does not draw again
-        (``modality_dropout_by_loader`` is True). Without ``batch_sampler`` only the hand-over is made.
+        (``modality_dropout_by_loader`` is True).
 
         Raises:
             ValueError: ``modality_dropout`` is 0 (nothing to hand over).
         """
         if self.config.modality_dropout <= 0:
             raise ValueError("modality_dropout is 0: the encoder has no modality dropout to hand over")
-        self.modality_dropout_by_loader = True
-        if batch_sampler is None:
-            return None
         from avsr.data.dataset import ModalityBatchSampler
 
+        self.modality_dropout_by_loader = True
         return ModalityBatchSampler(batch_sampler, self.config.modality_dropout, self.config.audio_dropout,
                                     seed=seed)
 

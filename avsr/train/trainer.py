@@ -315,7 +315,7 @@ class Trainer:
                 and set(train_set.modalities) == {"audio", "video"}):
             # modality dropout drawn per batch by the loader: audio-only batches skip the video's crop and
             # get their own noise probability; the encoder then does not draw again
-            self.sampler = encoder.hand_over_modality_dropout(seed=cfg.seed, batch_sampler=buckets)
+            self.sampler = encoder.hand_over_modality_dropout(buckets, seed=cfg.seed)
         vlen = [valid_set.num_frames(i) for i in range(len(valid_set))]
         self.valid_sampler = BucketBatchSampler(vlen, cfg.batch_frames, cfg.max_batch_size, shuffle=False)
         self.loader = torch.utils.data.DataLoader(
