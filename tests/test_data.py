@@ -266,6 +266,27 @@ def test_batch_modality_loads_only_its_streams_with_its_noise_probability(tmp_pa
         AVDataset(utts, tokenizer, modalities=("audio",))[(0, "video")]
 
 
+
+def test_clean_audio_features_are_cached_and_noisy_ones_are_not(tmp_path, tokenizer):
+    """The features of an item drawn without noise are computed once and reused in later epochs (equal to
+    an uncached dataset's); an item that got noise is computed afresh and never enters the cache."""
+    utts = [make_utt(tmp_path, "s1_a", 10), make_utt(tmp_path, "s1_b", 7)]
+    write_wav(tmp_path / "n.wav", np.random.default_rng(1).standard_normal(32000).astype(np.float32))
+    noise = NoiseConfig(NoiseSource(tmp_path / "n.wav"), prob=1.0, snr_db=[0.0], prob_audio_only=0.0)
+    cached = AVDataset(utts, tokenizer, train=True, noise=noise)
+    uncached = AVDataset(utts, tokenizer, train=True, noise=noise, cache=False)
+    for epoch in range(2):
+        for ds in (cached, uncached):
+            ds.set_epoch(epoch)
+        for key in [(0, "audio"), (1, "audiovisual"), (0, "audiovisual"), (1, "audio")]:
+            a, b = cached[key], uncached[key]
+            assert torch.equal(a["audio"], b["audio"]), (epoch, key)
+            assert (a["video"] is None) == (b["video"] is None)
+    assert sorted(cached._feat_cache) == [0, 1]  # from the audio-only (clean) draws only
+    assert uncached._feat_cache == {}
+    assert torch.equal(cached._feat_cache[0], AVDataset(utts, tokenizer)[0]["audio"])
+    assert not torch.equal(cached[(0, "audiovisual")]["audio"], cached._feat_cache[0])  # noisy: not cached
+
 def test_config_unknown_key_names_key_and_file(tmp_path):
     from dataclasses import dataclass
 

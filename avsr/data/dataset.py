@@ -152,7 +152,8 @@ class AVDataset(torch.utils.data.Dataset):
         max_frame_diff: largest accepted difference, in 25 fps frames, between the audio duration
             (samples / 640) and the number of video frames.
         cache: keep decoded waveforms and frames in memory after the first read (uint8 video, float32
-            audio: about 0.5 MB per second of speech).
+            audio: about 0.5 MB per second of speech), and the audio features of every item drawn without
+            noise, warping or speed change (they are the same in every epoch; 10 KB per second).
         seed: base seed of the random augmentation.
         label_sets: frame labels (pretraining targets), one :class:`LabelSet` per target set.
         audio_augment: speed perturbation (audio, video and labels together) and frequency warping /
@@ -199,6 +200,7 @@ class AVDataset(torch.utils.data.Dataset):
         self.audio_augment = audio_augment if audio_augment is not None and audio_augment.active else None
         self.epoch = 0
         self._cache: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
+        self._feat_cache: dict[int, torch.Tensor] = {}  # audio features of the clean, unwarped waveform
 
     def __len__(self) -> int:
         return len(self.utts)
@@ -280,13 +282,20 @@ class AVDataset(torch.utils.data.Dataset):
         num_frames = int(video.shape[0]) if video is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
         audio_feats = video_feats = tokens = None
         if wav is not None and "audio" in keep:
+            clean = wav
             if self.noise is not None:
                 wav = self._add_noise(u.utt_id, wav, g, self.noise.prob_for(batch_modality))
             warp = 1.0
             if aug is not None and aug.freq_warp is not None:
                 lo, hi = aug.freq_warp
                 warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
-            audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames, warp=warp)
+            if self.cache and wav is clean and warp == 1.0 and factor == 1.0:  # the same every epoch
+                audio_feats = self._feat_cache.get(index)
+                if audio_feats is None:
+                    audio_feats = self._feat_cache[index] = avhubert_audio_features(
+                        wav, num_video_frames=num_frames)
+            else:
+                audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames, warp=warp)
             if aug is not None:
                 audio_feats = freq_mask(audio_feats, aug.num_freq_mask, aug.freq_mask_width, generator=ga)
         if video is not None and "video" in keep:
