@@ -287,6 +287,27 @@ def test_clean_audio_features_are_cached_and_noisy_ones_are_not(tmp_path, tokeni
     assert torch.equal(cached._feat_cache[0], AVDataset(utts, tokenizer)[0]["audio"])
     assert not torch.equal(cached[(0, "audiovisual")]["audio"], cached._feat_cache[0])  # noisy: not cached
 
+
+def test_cache_stops_at_its_limit_and_says_so_once(tmp_path, tokenizer, caplog):
+    """cache_limit_mb bounds the cache: items read after it is full are decoded again (same values), and the
+    fact is logged once."""
+    import logging
+
+    utts = [make_utt(tmp_path, f"s1_{i}", 10) for i in range(3)]
+    one = sum(t.numel() * t.element_size() for t in AVDataset(utts, tokenizer)._load(0))
+    ds = AVDataset(utts, tokenizer, cache_limit_mb=1.5 * one / 2**20)  # room for the media of one item
+    unlimited = AVDataset(utts, tokenizer)
+    with caplog.at_level(logging.INFO, logger="avsr.data.dataset"):
+        for _ in range(2):
+            for i in range(3):
+                assert torch.equal(ds[i]["audio"], unlimited[i]["audio"])
+                assert torch.equal(ds[i]["video"], unlimited[i]["video"])
+    assert sorted(ds._cache) == [0]  # the media of one item; the small feature tensors still fit
+    assert 0 < ds._cache_bytes <= 1.5 * one
+    assert sorted(unlimited._cache) == [0, 1, 2]
+    full = [r for r in caplog.records if "cache is full" in r.getMessage()]
+    assert len(full) == 1 and "1 of 3 utterances" in full[0].getMessage()
+
 def test_config_unknown_key_names_key_and_file(tmp_path):
     from dataclasses import dataclass
 

@@ -8,7 +8,8 @@ Reads a training YAML (``conf/train/*.yaml``: loop settings at the top level plu
 the new settings (and that holds checkpoints) is refused with the differing keys named, unless
 ``--allow-config-change`` is given; then the change is logged, appended to ``config_changes.log`` and the old
 configuration kept as ``config.<N>.yaml``. A longer schedule (``max_epoch``) and the speed settings
-(``precision``, ``compile``, ``checkpoint_activations``) may change on resume without the flag (logged).
+(``precision``, ``compile``, ``checkpoint_activations``, ``cache_limit_mb``) may change on resume without the
+flag (logged).
 Temporary files of interrupted writes are removed at the start.
 For several GPUs run it under ``torchrun --nproc_per_node N``.
 
@@ -115,7 +116,7 @@ def _flatten(value: object, prefix: str = "") -> dict[str, object]:
 
 #: Settings a resumed run may change without --allow-config-change: a longer schedule, and the speed
 #: settings, which change no result beyond float rounding.
-FREE_ON_RESUME = frozenset({"max_epoch", "precision", "compile", "checkpoint_activations"})
+FREE_ON_RESUME = frozenset({"max_epoch", "precision", "compile", "checkpoint_activations", "cache_limit_mb"})
 
 
 def keep_promise(exp_dir: Path, resolved: dict, allow_change: bool) -> None:
@@ -244,9 +245,10 @@ def main(argv: list[str] | None = None) -> int | None:
         seed=cfg.seed,
         label_sets=train_labels or (),
         audio_augment=build_audio_augment(cfg),
+        cache_limit_mb=cfg.cache_limit_mb,
     )
     valid_set = AVDataset(read_datadir(args.valid_data, require_text=not pretrain), tokenizer, train=False,
-                          label_sets=valid_labels or ())
+                          label_sets=valid_labels or (), cache_limit_mb=cfg.cache_limit_mb)
     for name, dataset in (("--train-data", train_set), ("--valid-data", valid_set)):
         longest = max(range(len(dataset)), key=dataset.num_frames, default=None)
         if longest is not None and dataset.num_frames(longest) > cfg.batch_frames:

@@ -14,6 +14,7 @@ and epoch only, so a resumed run makes the same ones.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from avsr.features import (
     speed_perturb,
 )
 from avsr.nn.modality import draw_modalities
+
+logger = logging.getLogger(__name__)
 
 MODALITIES = ("audio", "video")
 
@@ -154,6 +157,8 @@ class AVDataset(torch.utils.data.Dataset):
         cache: keep decoded waveforms and frames in memory after the first read (uint8 video, float32
             audio: about 0.5 MB per second of speech), and the audio features of every item drawn without
             noise, warping or speed change (they are the same in every epoch; 10 KB per second).
+        cache_limit_mb: at most this many MiB in the cache (None: no limit); items read once the cache is
+            full are decoded again on every access (logged once). 433 hours of LRS3 would need ~800 GB.
         seed: base seed of the random augmentation.
         label_sets: frame labels (pretraining targets), one :class:`LabelSet` per target set.
         audio_augment: speed perturbation (audio, video and labels together) and frequency warping /
@@ -182,6 +187,7 @@ class AVDataset(torch.utils.data.Dataset):
         seed: int = 0,
         label_sets: Sequence[LabelSet] = (),
         audio_augment: AudioAugment | None = None,
+        cache_limit_mb: float | None = None,
     ):
         bad = [m for m in modalities if m not in MODALITIES]
         if bad or not modalities:
@@ -201,6 +207,9 @@ class AVDataset(torch.utils.data.Dataset):
         self.epoch = 0
         self._cache: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
         self._feat_cache: dict[int, torch.Tensor] = {}  # audio features of the clean, unwarped waveform
+        self.cache_limit_mb = cache_limit_mb
+        self._cache_bytes = 0
+        self._cache_full = False
 
     def __len__(self) -> int:
         return len(self.utts)
@@ -240,9 +249,22 @@ class AVDataset(torch.utils.data.Dataset):
                     f"({audio_frames:.1f} frames) but video {u.video} has {video.shape[0]} frames at 25 fps "
                     f"({video.shape[0] / 25:.3f} s); tolerance {self.max_frame_diff} frames"
                 )
-        if self.cache:
+        if self._cache_room(sum(t.numel() * t.element_size() for t in (wav, video) if t is not None)):
             self._cache[index] = (wav, video)
         return wav, video
+
+    def _cache_room(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more fit in the cache (then they are counted as cached)."""
+        if not self.cache:
+            return False
+        if self.cache_limit_mb is not None and self._cache_bytes + nbytes > self.cache_limit_mb * 2**20:
+            if not self._cache_full:
+                self._cache_full = True
+                logger.info("the media cache is full (%d of %d utterances, cache_limit_mb %g): the rest is "
+                            "decoded again on every access", len(self._cache), len(self.utts), self.cache_limit_mb)
+            return False
+        self._cache_bytes += nbytes
+        return True
 
     def _generator(self, index: int) -> torch.Generator:
         g = torch.Generator()
@@ -292,8 +314,9 @@ class AVDataset(torch.utils.data.Dataset):
             if self.cache and wav is clean and warp == 1.0 and factor == 1.0:  # the same every epoch
                 audio_feats = self._feat_cache.get(index)
                 if audio_feats is None:
-                    audio_feats = self._feat_cache[index] = avhubert_audio_features(
-                        wav, num_video_frames=num_frames)
+                    audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames)
+                    if self._cache_room(audio_feats.numel() * audio_feats.element_size()):
+                        self._feat_cache[index] = audio_feats
             else:
                 audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames, warp=warp)
             if aug is not None:

@@ -74,6 +74,9 @@ class TrainConfig:
             video together (ESPnet's ``speed_perturb_factors``, e.g. ``[0.9, 1.0, 1.1]``; null: none).
         seed: seed of initialisation, data order and augmentation.
         num_workers: DataLoader worker processes (0 loads in the main process, with a cache).
+        cache_limit_mb: memory for decoded media and clean audio features kept between epochs, in MiB per
+            dataset (training, validation) and per loader process; null: no limit. What does not fit is
+            decoded again every epoch (logged once). The SynthGRID default corpus needs ~2,700 MiB.
         use_amp: bfloat16 autocast on CUDA (only when ``precision`` is null).
         precision: ``fp32`` or ``bf16`` (bfloat16 autocast of the forward pass on any device, see
             :mod:`avsr.nn.precision`; CTC, log-softmax statistics, pretraining logits and the momentum
@@ -111,6 +114,7 @@ class TrainConfig:
     speed_perturb: list[float] | None = None
     seed: int = 0
     num_workers: int = 0
+    cache_limit_mb: float | None = 8192.0
     use_amp: bool = True
     precision: str | None = None
     compile: bool = False
