@@ -261,7 +261,8 @@ class AVDataset(torch.utils.data.Dataset):
             if not self._cache_full:
                 self._cache_full = True
                 logger.info("the media cache is full (%d of %d utterances, cache_limit_mb %g): the rest is "
-                            "decoded again on every access", len(self._cache), len(self.utts), self.cache_limit_mb)
+                            "decoded again on every access", len(self._cache), len(self.utts),
+                            self.cache_limit_mb)
             return False
         self._cache_bytes += nbytes
         return True
@@ -311,14 +312,12 @@ class AVDataset(torch.utils.data.Dataset):
             if aug is not None and aug.freq_warp is not None:
                 lo, hi = aug.freq_warp
                 warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
-            if self.cache and wav is clean and warp == 1.0 and factor == 1.0:  # the same every epoch
-                audio_feats = self._feat_cache.get(index)
-                if audio_feats is None:
-                    audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames)
-                    if self._cache_room(audio_feats.numel() * audio_feats.element_size()):
-                        self._feat_cache[index] = audio_feats
-            else:
+            same_every_epoch = wav is clean and warp == 1.0 and factor == 1.0
+            audio_feats = self._feat_cache.get(index) if same_every_epoch else None
+            if audio_feats is None:
                 audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames, warp=warp)
+                if same_every_epoch and self._cache_room(audio_feats.numel() * audio_feats.element_size()):
+                    self._feat_cache[index] = audio_feats
             if aug is not None:
                 audio_feats = freq_mask(audio_feats, aug.num_freq_mask, aug.freq_mask_width, generator=ga)
         if video is not None and "video" in keep:
