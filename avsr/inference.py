@@ -279,12 +279,9 @@ def pause_cuts(activity: torch.Tensor, max_frames: int, min_fraction: float = 0.
     while num - start > max_frames:
         window = smooth[start + low : start + max_frames + 1]
         m = int(torch.argmin(window))
-        quiet = (window <= window[m] + 0.1 * (window.max() - window[m])).tolist()
-        a = b = m
-        while a > 0 and quiet[a - 1]:
-            a -= 1
-        while b + 1 < len(quiet) and quiet[b + 1]:
-            b += 1
+        loud = (window > window[m] + 0.1 * (window.max() - window[m])).nonzero().flatten()
+        a = int(loud[loud < m].max()) + 1 if bool((loud < m).any()) else 0  # the quiet run around m: [a, b]
+        b = int(loud[loud > m].min()) - 1 if bool((loud > m).any()) else window.numel() - 1
         cut = start + low + (a + b + 1) // 2
         cuts.append(cut)
         start = cut
