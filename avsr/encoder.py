@@ -200,7 +200,8 @@ class AVHubertEncoder(nn.Module):
     penalty float32) and under ``torch.compile``; :attr:`checkpoint_activations` (fairseq's option of that
     name) recomputes each transformer layer in the backward pass instead of storing its activations;
     :attr:`channels_last` chooses the video front-end's layout (by default channels-last under bfloat16,
-    2-3x faster there on CPUs with AMX / AVX-512 BF16). ``benchmarks/bench_encoder.py`` measures them.
+    2-3x faster there on CPUs with AMX / AVX-512 BF16, and in training on CPU, where its BatchNorm layers
+    run fused). ``benchmarks/bench_encoder.py`` measures them.
 
     Raises:
         avsr.config.ConfigError: unknown option (named), bad option value, or both ``config`` and keywords.
@@ -317,7 +318,8 @@ class AVHubertEncoder(nn.Module):
     def channels_last(self) -> bool | None:
         """Channels-last (NDHWC/NHWC) activations in the video front-end (see
         :class:`avsr.nn.resnet.ResEncoder`); same values up to float rounding. None (default): channels-last
-        under a bfloat16 autocast, the original's layout in float32; True/False force it."""
+        under a bfloat16 autocast and in training on CPU, else the original's layout (float32 inference,
+        CUDA); True/False force it."""
         return self.feature_extractor_video.resnet.channels_last
 
     @channels_last.setter

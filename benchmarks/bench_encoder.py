@@ -27,7 +27,9 @@ Modes (``+``-joined): ``fp32`` eager, the reference (the computation of the orig
 (bfloat16 autocast, :func:`avsr.nn.precision.autocast_context`; the video front-end then runs channels-last
 by default); ``compile`` (``torch.compile`` as the trainer's ``compile: true`` does it,
 :func:`avsr.train.trainer.compile_model`); ``cl`` / ``nchw`` force the video front-end's layout
-(``AVHubertEncoder.channels_last`` True / False; ``bf16+nchw`` is bf16 autocast on the original layout);
+(``AVHubertEncoder.channels_last`` True / False; ``bf16+nchw`` is bf16 autocast on the original layout;
+``fp32`` and ``compile`` without either run the original layout, ``fp32+cl`` the channels-last one with
+the fused BatchNorm + PReLU of CPU training, :func:`avsr.nn.resnet.batch_norm_act`);
 ``ckpt`` (``checkpoint_activations``). Examples: ``bf16+nchw``, ``compile+bf16``, ``bf16+ckpt``.
 ``round`` (``fp32+round``) is no speed mode but the yardstick for parity: fp32 on inputs rounded to
 bfloat16, i.e. how much the outputs and gradients move when only the inputs carry bfloat16's rounding
@@ -109,7 +111,8 @@ def parse_mode(name: str) -> Mode:
     if bad or ("fp32" in tokens and "bf16" in tokens) or ("cl" in tokens and "nchw" in tokens):
         raise SystemExit(f"--modes: bad mode {name!r} (tokens: {', '.join(MODE_TOKENS)})")
     has = {t: t in tokens for t in MODE_TOKENS}
-    layout = True if has["cl"] else False if has["nchw"] else None
+    # fp32 without a layout token is the reference: the original's layout (and its unfused BatchNorm)
+    layout = True if has["cl"] else False if has["nchw"] else (None if has["bf16"] else False)
     return Mode(name, has["bf16"], has["compile"], layout, has["ckpt"], has["round"])
 
 

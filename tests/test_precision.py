@@ -19,7 +19,8 @@ from avsr.config import ConfigError
 from avsr.encoder import AVHubertEncoder
 from avsr.models.asr import AVSRModel
 from avsr.nn.precision import PRECISIONS, autocast_context, check_precision, fp32_context
-from avsr.train.trainer import TrainConfig, compile_model, load_train_config
+from avsr.nn.resnet import PReLU, batch_norm_act
+from avsr.train.trainer import TrainConfig, compile_model, keep_freed_memory, load_train_config
 
 ENC = dict(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_attention_heads=2,
            conv_pos=4, conv_pos_groups=2, resnet_widths=[4, 4, 8, 8], dropout=0.0, dropout_input=0.0,
@@ -87,8 +88,12 @@ def test_encoder_under_a_callers_autocast(channels_last):
     resnet = enc.feature_extractor_video.resnet
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert resnet.use_channels_last(video) == (channels_last is None)
-    assert not resnet.use_channels_last(video)  # float32: the original layout
+    # float32: channels-last (fused BatchNorm) in CPU training, the original layout for inference
+    assert resnet.use_channels_last(video) == (channels_last is None)
+    with torch.no_grad():
+        assert not resnet.use_channels_last(video)
     enc.eval()
+    assert not resnet.use_channels_last(video)
     with torch.no_grad():
         ref, _, _ = enc(xs, lengths)
         with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -122,6 +127,88 @@ def test_channels_last_video_front_end_and_checkpointing_keep_the_values():
         assert rel(out, ref) < 1e-5
         flat = torch.cat([g.flatten() for g in grads])
         assert rel(flat, torch.cat([r.flatten() for r in ref_grads])) < 1e-5
+
+
+def _bn_act_case(act_kind: str, residual: bool, dtype=torch.float32, momentum=0.1, seed=0):
+    """(x, residual, norm, act, grad_out) for batch_norm_act: a channels-last (6, 8, 5, 7) batch whose
+    channels have means far from 0 (the variance must not cancel), a BatchNorm2d with non-trivial
+    affine parameters and running statistics."""
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(6, 8, 5, 7, generator=g) * 2 + torch.linspace(-3, 6, 8)[:, None, None]).to(dtype)
+    res = torch.randn(6, 8, 5, 7, generator=g).to(dtype) if residual else None
+    norm = torch.nn.BatchNorm2d(8, momentum=momentum)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5, generator=g)
+        norm.bias.uniform_(-0.5, 0.5, generator=g)
+        norm.running_mean.uniform_(-1, 1, generator=g)
+        norm.running_var.uniform_(0.5, 2, generator=g)
+    act = {"prelu": PReLU(8), "prelu1": PReLU(1), "relu": torch.nn.ReLU(), "none": None}[act_kind]
+    if isinstance(act, PReLU):
+        with torch.no_grad():
+            act.weight.uniform_(-0.5, 1.5, generator=g)  # slopes of either sign and above 1
+    return x, res, norm, act, torch.randn(6, 8, 5, 7, generator=g).to(dtype)
+
+
+def _bn_act_run(x, res, norm, act, grad, channels_last: bool):
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
+    x = x.detach().clone(memory_format=fmt).requires_grad_()
+    r = None if res is None else res.detach().clone(memory_format=fmt).requires_grad_()
+    out = batch_norm_act(x, norm, act, r)
+    out.backward(grad.contiguous(memory_format=fmt))
+    params = [norm.weight, norm.bias] + ([act.weight] if isinstance(act, PReLU) else [])
+    return (out, x.grad, None if r is None else r.grad, [p.grad for p in params],
+            [norm.running_mean.clone(), norm.running_var.clone(), norm.num_batches_tracked.clone()])
+
+
+@pytest.mark.parametrize("act_kind", ["prelu", "prelu1", "relu", "none"])
+@pytest.mark.parametrize("residual", [False, True])
+@pytest.mark.parametrize("momentum", [0.1, None])
+def test_fused_batch_norm_act_matches_the_modules(act_kind, residual, momentum):
+    # reference: the modules on the NCHW layout (PyTorch's BatchNorm2d, PReLU); fused: channels-last
+    ref_case = _bn_act_case(act_kind, residual, momentum=momentum)
+    new_case = tuple(copy.deepcopy(v) for v in ref_case)
+    ref = _bn_act_run(*ref_case, channels_last=False)
+    new = _bn_act_run(*new_case, channels_last=True)
+    assert new[0].is_contiguous(memory_format=torch.channels_last)
+    assert rel(new[0], ref[0]) < 1e-5 and rel(new[1], ref[1]) < 1e-5
+    if residual:
+        assert rel(new[2], ref[2]) < 1e-5
+    for p_new, p_ref in zip(new[3], ref[3]):  # BatchNorm weight, bias, PReLU slopes
+        assert p_new.shape == p_ref.shape and rel(p_new, p_ref) < 1e-5
+    for s_new, s_ref in zip(new[4], ref[4]):  # running mean, unbiased running variance, batch count
+        assert rel(s_new.float(), s_ref.float()) < 1e-6
+
+
+def test_fused_batch_norm_act_in_bf16_and_where_it_does_not_apply():
+    x, res, norm, act, grad = _bn_act_case("prelu", True)
+    ref = _bn_act_run(x, res, copy.deepcopy(norm), copy.deepcopy(act), grad, channels_last=False)
+    # bfloat16 input (as under autocast): bfloat16 output, float32 parameter gradients, within bf16 rounding
+    new = _bn_act_run(x.bfloat16(), res.bfloat16(), copy.deepcopy(norm), copy.deepcopy(act), grad.bfloat16(),
+                      channels_last=True)
+    assert new[0].dtype == torch.bfloat16 and all(p.dtype == torch.float32 for p in new[3])
+    assert rel(new[0], ref[0]) < 3e-2 and rel(new[1], ref[1]) < 5e-2
+    assert all(rel(p_new, p_ref) < 5e-2 for p_new, p_ref in zip(new[3], ref[3]))
+    # running statistics (inference), NCHW input or an unknown activation: exactly the modules
+    norm.eval()
+    for layout in (torch.channels_last, torch.contiguous_format):
+        xin = x.contiguous(memory_format=layout)
+        assert torch.equal(batch_norm_act(xin, norm, act, res), act(norm(xin) + res))
+    norm.train()
+    xin = x.contiguous(memory_format=torch.channels_last)
+    gelu, ref_norm = torch.nn.GELU(), copy.deepcopy(norm)
+    assert torch.equal(batch_norm_act(xin, norm, gelu), gelu(ref_norm(xin)))
+    assert torch.equal(norm.running_var, ref_norm.running_var)
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        batch_norm_act(torch.randn(1, 8, 1, 1).contiguous(memory_format=torch.channels_last), norm, act)
+
+
+def test_keep_freed_memory_sets_glibc_malloc_options():
+    # whether the page faults go away depends on the process's address space; the benchmark measures that
+    import platform
+
+    expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert keep_freed_memory() is expected
+    assert keep_freed_memory() is expected  # idempotent
 
 
 def test_bf16_training_step_is_close_to_fp32():

@@ -198,6 +198,37 @@ def load_train_config(path: str | os.PathLike) -> tuple[TrainConfig, dict]:
     return cfg, model_part
 
 
+#: mallopt(3) parameters of glibc (malloc.h) and the values :func:`keep_freed_memory` sets
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+_MALLOC_SETTINGS = ((_M_MMAP_THRESHOLD, 1 << 30), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 256 << 20))
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc's malloc keep freed memory for reuse instead of returning it to the kernel.
+
+    A training step on CPU frees and allocates the same activation buffers (tens of MiB each for the video
+    front-end) step after step. With glibc's defaults, blocks above the mmap threshold (at most 32 MiB) are
+    mapped afresh and freed memory at the top of the heap is trimmed, so the kernel zero-fills those pages
+    again on first touch: ~50,000 page faults per video batch of the SynthGRID recipe, 10% of its video
+    front-end's time (``benchmarks/profile_train.py``). Sets, through ``mallopt(3)``, the mmap threshold to
+    1 GiB, the trim threshold to 2 GiB and the top pad to 256 MiB (what the environment variables
+    ``MALLOC_MMAP_THRESHOLD_`` etc. would set at start-up): the process keeps its peak heap and reuses it.
+    Process-wide, for allocations made afterwards; :class:`Trainer` calls it. Returns whether glibc took
+    all settings (False, and nothing changed, where the C library is not glibc).
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError, TypeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return all(mallopt(param, value) == 1 for param, value in _MALLOC_SETTINGS)
+
+
 def make_adamw(params, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with ``cfg.lr``, ``cfg.betas`` and ``cfg.weight_decay``, in its fused single-kernel form.
 
@@ -298,6 +329,8 @@ class Trainer:
         if device.startswith("cuda") and self.world > 1:
             device = f"cuda:{local}"
         self.device = torch.device(device)
+        if keep_freed_memory():
+            logger.debug("malloc keeps freed memory for reuse (mallopt)")
         self.model = model.to(self.device)
         self.model_config = model_config
         self.train_set, self.valid_set = train_set, valid_set
