@@ -39,6 +39,7 @@ from avsr.data.datadir import read_datadir  # noqa: E402
 from avsr.data.dataset import AVDataset  # noqa: E402
 from avsr.data.tokenizer import Tokenizer  # noqa: E402
 from avsr.models.asr import AVSRModel  # noqa: E402
+from avsr.nn.precision import flush_denormal  # noqa: E402
 from avsr.train.trainer import Trainer, build_audio_augment, build_noise, load_train_config  # noqa: E402
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> None:
         if not hasattr(cfg, key):
             raise SystemExit(f"--set: the training config has no key {key!r}")
         setattr(cfg, key, yaml.safe_load(value))
+    if cfg.flush_denormal:  # as avsr-train: before the first parallel op, so that every thread has it
+        flush_denormal(True)
     torch.manual_seed(cfg.seed)
     tokenizer = Tokenizer(args.bpemodel)
     config = {"vocab_size": tokenizer.vocab_size, **model_part}

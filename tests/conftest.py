@@ -14,3 +14,12 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def ieee_subnormals():
+    """Every test starts and ends with IEEE subnormals: a Trainer (``flush_denormal: true``) switches the
+    calling thread to flush-to-zero, which must not leak into the parity tests that run after it."""
+    torch.set_flush_denormal(False)
+    yield
+    torch.set_flush_denormal(False)

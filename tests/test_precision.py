@@ -275,6 +275,7 @@ def test_decoding_under_bf16_autocast_keeps_scores_float32():
     ("precision", "fp16", r"precision must be one of \['fp32', 'bf16'\]"),
     ("compile", "sometimes", "compile: expected true or false"),
     ("checkpoint_activations", 1, "checkpoint_activations: expected true or false"),
+    ("flush_denormal", "yes please", "flush_denormal: expected true or false"),
 ])
 def test_train_config_speed_options_are_checked(tmp_path, key, value, match):
     path = tmp_path / "train.yaml"
@@ -285,3 +286,39 @@ def test_train_config_speed_options_are_checked(tmp_path, key, value, match):
     assert TrainConfig(precision="bf16").resolved_precision(torch.device("cpu")) == "bf16"
     assert TrainConfig().resolved_precision(torch.device("cpu")) == "fp32"  # use_amp: bf16 on CUDA only
     assert TrainConfig(use_amp=True).resolved_precision(torch.device("cuda")) == "bf16"
+
+
+_SUBNORMALS_IN_EVERY_THREAD = """
+import sys, torch
+from avsr.nn.precision import flush_denormal
+early = sys.argv[1] == "early"
+torch.set_num_threads(2)
+if early:
+    flush_denormal(True)
+x = torch.full((1 << 22,), 1e-39)  # subnormal in float32
+y = x * 1.0  # large enough to be split over both intra-op threads
+if not early:
+    flush_denormal(True)
+    y = x * 1.0
+print(int((y == 0).sum()), y.numel())
+"""
+
+
+@pytest.mark.parametrize("when", ["early", "late"])
+def test_flush_denormal_reaches_the_intra_op_threads_when_set_first(when):
+    """flush_denormal before the first parallel op: every chunk of a 2-thread op flushes the subnormal
+    input to zero; set after the thread pool exists, only the calling thread's chunk does."""
+    import subprocess
+    import sys
+
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU has no flush-to-zero (FTZ/DAZ)")
+    out = subprocess.run([sys.executable, "-c", _SUBNORMALS_IN_EVERY_THREAD, when], capture_output=True,
+                         text=True, check=True).stdout.split()
+    zeros, total = int(out[-2]), int(out[-1])
+    if when == "early":
+        assert zeros == total
+    elif torch.get_num_threads() > 1 or zeros != total:  # a 1-core machine runs every chunk on one thread
+        assert 0 < zeros < total
+    assert float(torch.tensor([1e-39]) * 1.0) != 0.0  # this process: IEEE subnormals (conftest)
+

@@ -43,11 +43,11 @@ def setup(tmp_path_factory):
     return tok, utts
 
 
-def make_trainer(tok, utts, exp_dir, max_epoch):
+def make_trainer(tok, utts, exp_dir, max_epoch, **settings):
     torch.manual_seed(0)
     config = {"vocab_size": tok.vocab_size, **MODEL}
     model = AVSRModel.from_config(config)
-    cfg = TrainConfig(max_epoch=max_epoch, batch_frames=40, warmup_steps=2, lr=1e-3, log_interval=1)
+    cfg = TrainConfig(max_epoch=max_epoch, batch_frames=40, warmup_steps=2, lr=1e-3, log_interval=1, **settings)
     return Trainer(model, config, AVDataset(utts, tok, train=True), AVDataset(utts[:2], tok), cfg, exp_dir)
 
 
@@ -201,3 +201,15 @@ def test_noise_probabilities_per_batch_modality_from_the_train_config(tmp_path):
     with pytest.raises(ConfigError, match="noise_prob_audio_only"):
         build_noise(str(tmp_path / "n.wav"), load_train_config(tmp_path / "b.yaml")[0])
     assert build_noise(str(tmp_path / "n.wav"), TrainConfig(noise_prob=0.0)) is None
+
+
+def test_trainer_flushes_subnormals_only_when_configured(setup, tmp_path):
+    """flush_denormal (default true) switches the calling thread to flush-to-zero; false leaves IEEE
+    subnormals (the conftest fixture restores them after the test)."""
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU has no flush-to-zero (FTZ/DAZ)")
+    tok, utts = setup
+    make_trainer(tok, utts, tmp_path / "ieee", 1, flush_denormal=False)
+    assert float(torch.tensor([1e-39]) * 1.0) != 0.0
+    make_trainer(tok, utts, tmp_path / "ftz", 1)
+    assert float(torch.tensor([1e-39]) * 1.0) == 0.0

@@ -8,8 +8,9 @@ Reads a training YAML (``conf/train/*.yaml``: loop settings at the top level plu
 the new settings (and that holds checkpoints) is refused with the differing keys named, unless
 ``--allow-config-change`` is given; then the change is logged, appended to ``config_changes.log`` and the old
 configuration kept as ``config.<N>.yaml``. A longer schedule (``max_epoch``) and the speed settings
-(``precision``, ``compile``, ``checkpoint_activations``, ``cache_limit_mb``) may change on resume without the
-flag (logged).
+(``precision``, ``compile``, ``checkpoint_activations``, ``cache_limit_mb``, ``flush_denormal``) may change on
+resume without the flag (logged). ``flush_denormal`` (default true) is applied before the model is built, so
+that every intra-op thread treats subnormal floats as zero (:func:`avsr.nn.precision.flush_denormal`).
 Temporary files of interrupted writes are removed at the start.
 For several GPUs run it under ``torchrun --nproc_per_node N``.
 
@@ -45,7 +46,7 @@ from avsr.data.datadir import read_datadir
 from avsr.data.dataset import AVDataset, LabelSet
 from avsr.data.tokenizer import Tokenizer
 from avsr.fileio import remove_stale_tmp, write_text_atomic
-from avsr.nn.precision import PRECISIONS
+from avsr.nn.precision import PRECISIONS, flush_denormal
 from avsr.train.trainer import Trainer, build_audio_augment, build_noise, load_train_config
 
 logger = logging.getLogger("avsr.train")
@@ -116,7 +117,8 @@ def _flatten(value: object, prefix: str = "") -> dict[str, object]:
 
 #: Settings a resumed run may change without --allow-config-change: a longer schedule, and the speed
 #: settings, which change no result beyond float rounding.
-FREE_ON_RESUME = frozenset({"max_epoch", "precision", "compile", "checkpoint_activations", "cache_limit_mb"})
+FREE_ON_RESUME = frozenset({"max_epoch", "precision", "compile", "checkpoint_activations", "cache_limit_mb",
+                            "flush_denormal"})
 
 
 def keep_promise(exp_dir: Path, resolved: dict, allow_change: bool) -> None:
@@ -193,6 +195,8 @@ def main(argv: list[str] | None = None) -> int | None:
         cfg.compile = args.compile == "true"
     if args.checkpoint_activations is not None:
         cfg.checkpoint_activations = args.checkpoint_activations == "true"
+    if cfg.flush_denormal:  # before any parallel op: the intra-op threads inherit the flag when created
+        flush_denormal(True)
     torch.manual_seed(cfg.seed)
     pretrain = "pretrain_conf" in model_part
     tokenizer = train_labels = valid_labels = None

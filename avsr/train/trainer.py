@@ -32,7 +32,7 @@ from avsr.data.dataset import (
     collate,
 )
 from avsr.encoder import AVHubertEncoder
-from avsr.nn.precision import autocast_context, check_precision
+from avsr.nn.precision import autocast_context, check_precision, flush_denormal
 from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
 from avsr.train.curves import TrainingCurves
 
@@ -87,6 +87,9 @@ class TrainConfig:
             pay the compilation (see the README's "Performance" section for what it costs and gains).
         checkpoint_activations: recompute each encoder transformer layer in the backward pass instead of
             storing its activations (fairseq's option of that name; less memory, more time, same result).
+        flush_denormal: treat subnormal floats as zero on the CPU (:func:`avsr.nn.precision.flush_denormal`;
+            ``avsr-train`` sets it before building the model so that every intra-op thread has it). On x86
+            the steps of later epochs otherwise slow down as the model's distributions sharpen.
         keep_nbest: number of last epoch checkpoints kept on disk (the rest are deleted).
         log_interval: optimiser steps between log lines.
         freeze_finetune_updates: optimiser steps at the start during which the encoder is frozen (no
@@ -119,6 +122,7 @@ class TrainConfig:
     precision: str | None = None
     compile: bool = False
     checkpoint_activations: bool = False
+    flush_denormal: bool = True
     keep_nbest: int = 5
     log_interval: int = 20
     freeze_finetune_updates: int = 0
@@ -128,7 +132,7 @@ class TrainConfig:
         """Check the speed options. Raises ValueError naming the key (from_dict adds the file)."""
         if self.precision is not None:
             check_precision(self.precision, "precision")
-        for key in ("compile", "checkpoint_activations", "use_amp"):
+        for key in ("compile", "checkpoint_activations", "use_amp", "flush_denormal"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
 
@@ -322,6 +326,8 @@ class Trainer:
         device: str = "cpu",
     ):
         self.cfg = cfg
+        if cfg.flush_denormal:  # this thread; avsr-train sets it earlier, for every thread
+            flush_denormal(True)
         self.exp_dir = Path(exp_dir)
         self.world, self.rank, local = _dist_info()
         if self.world > 1 and not dist.is_initialized():
