@@ -13,6 +13,7 @@ from avsr.data.dataset import (
     AVDataset,
     BucketBatchSampler,
     DataError,
+    EpochKeyedBatches,
     LabelSet,
     ModalityBatchSampler,
     NoiseConfig,
@@ -265,6 +266,32 @@ def test_batch_modality_loads_only_its_streams_with_its_noise_probability(tmp_pa
     with pytest.raises(ValueError, match="loads only"):
         AVDataset(utts, tokenizer, modalities=("audio",))[(0, "video")]
 
+
+
+def test_epoch_in_the_keys_reaches_persistent_dataloader_workers(tmp_path, tokenizer):
+    """With persistent workers, each holds a copy of the dataset; the epoch travels in the keys
+    (EpochKeyedBatches), so the workers draw each epoch's augmentation as the main process would."""
+    utts = [make_utt(tmp_path, f"s1_{i}", 8) for i in range(4)]
+    write_wav(tmp_path / "n.wav", np.random.default_rng(1).standard_normal(32000).astype(np.float32))
+    noise = NoiseConfig(NoiseSource(tmp_path / "n.wav"), prob=1.0, snr_db=[-5.0, 0.0, 5.0, 10.0])
+    ds = AVDataset(utts, tokenizer, train=True, noise=noise)
+    buckets = BucketBatchSampler([8] * 4, max_frames=16, shuffle=False)
+    keyed = EpochKeyedBatches(buckets)
+    assert len(keyed) == len(buckets) == 2
+    loader = torch.utils.data.DataLoader(ds, batch_sampler=keyed, collate_fn=collate, num_workers=1,
+                                         persistent_workers=True)
+    by_epoch = []
+    for epoch in range(2):
+        keyed.set_epoch(epoch)  # the main process's dataset is left at epoch 0 on purpose
+        assert buckets.epoch == epoch and [b[0] for b in keyed] == [(0, None, epoch), (2, None, epoch)]
+        by_epoch.append(torch.cat([b["audio"] for b in loader]))
+        expected = torch.cat([collate([ds[(i, None, epoch)] for i in b])["audio"] for b in buckets])
+        assert torch.equal(by_epoch[-1], expected), epoch
+    assert not torch.allclose(by_epoch[0], by_epoch[1])  # other noise draws in epoch 1
+    modal = EpochKeyedBatches(ModalityBatchSampler(buckets, 1.0, 0.0, seed=2))
+    modal.set_epoch(3)
+    assert [b[0] for b in modal] == [(0, "audio", 3), (2, "audio", 3)]
+    assert ds[(1, "audio", 3)]["video"] is None
 
 
 def test_clean_audio_features_are_cached_and_noisy_ones_are_not(tmp_path, tokenizer):

@@ -47,7 +47,8 @@ def make_trainer(tok, utts, exp_dir, max_epoch, **settings):
     torch.manual_seed(0)
     config = {"vocab_size": tok.vocab_size, **MODEL}
     model = AVSRModel.from_config(config)
-    cfg = TrainConfig(max_epoch=max_epoch, batch_frames=40, warmup_steps=2, lr=1e-3, log_interval=1, **settings)
+    cfg = TrainConfig(max_epoch=max_epoch, batch_frames=40, warmup_steps=2, lr=1e-3, log_interval=1,
+                      **settings)
     return Trainer(model, config, AVDataset(utts, tok, train=True), AVDataset(utts[:2], tok), cfg, exp_dir)
 
 

@@ -267,23 +267,30 @@ class AVDataset(torch.utils.data.Dataset):
         self._cache_bytes += nbytes
         return True
 
-    def _generator(self, index: int) -> torch.Generator:
+    def _generator(self, index: int, epoch: int) -> torch.Generator:
         g = torch.Generator()
-        g.manual_seed(stable_seed(self.seed, self.epoch, index))
+        g.manual_seed(stable_seed(self.seed, epoch, index))
         return g
 
-    def __getitem__(self, key: int | tuple[int, str]) -> dict:
-        """Item ``key``: an index, or ``(index, batch_modality)`` from :class:`ModalityBatchSampler`.
+    def __getitem__(self, key: int | tuple) -> dict:
+        """Item ``key``: an index, ``(index, batch_modality)`` from :class:`ModalityBatchSampler`, or
+        ``(index, batch_modality, epoch)`` from :class:`EpochKeyedBatches`.
 
-        With a batch modality (a key of :data:`BATCH_MODALITIES`) only the streams it keeps are returned (the
-        other is None) and the noise probability is :meth:`NoiseConfig.prob_for` that modality; the frame
-        count T is still that of the video, so the audio features are the same as in an audio-visual batch.
+        With a batch modality (a key of :data:`BATCH_MODALITIES`; None: every loaded stream) only the streams
+        it keeps are returned (the other is None) and the noise probability is :meth:`NoiseConfig.prob_for`
+        that modality; the frame count T is still that of the video, so the audio features are the same as
+        in an audio-visual batch. An epoch in the key selects the augmentation draws of that epoch instead of
+        :meth:`set_epoch`'s (a DataLoader worker holds its own copy of the dataset, which ``set_epoch`` in
+        the main process does not reach).
 
         Raises:
             DataError, MediaError: as the class says. ValueError: an unknown batch modality, or one that
             needs a stream the dataset does not load.
         """
-        index, batch_modality = key if isinstance(key, tuple) else (key, None)
+        if isinstance(key, tuple):
+            index, batch_modality, epoch = (*key, self.epoch)[:3]
+        else:
+            index, batch_modality, epoch = key, None, self.epoch
         if batch_modality is not None and batch_modality not in BATCH_MODALITIES:
             raise ValueError(
                 f"batch modality must be one of {list(BATCH_MODALITIES)}, got {batch_modality!r}"
@@ -294,11 +301,11 @@ class AVDataset(torch.utils.data.Dataset):
                              f"{list(self.modalities)}")
         u = self.utts[index]
         wav, video = self._load(index)
-        g = self._generator(index)
+        g = self._generator(index, epoch)
         aug = self.audio_augment if self.train else None
         ga, factor = None, 1.0
         if aug is not None:  # its own random stream: the video crop and noise draws stay as without it
-            ga = torch.Generator().manual_seed(stable_seed(self.seed, self.epoch, index, "audio_augment"))
+            ga = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "audio_augment"))
             if aug.speed_factors and wav is not None:
                 factor = aug.speed_factors[int(torch.randint(0, len(aug.speed_factors), (1,), generator=ga))]
                 wav, video = speed_perturb(wav, factor, video)
@@ -498,6 +505,34 @@ class BucketBatchSampler(torch.utils.data.Sampler):
 
     def __len__(self) -> int:
         return len(self._epoch_batches())
+
+
+class EpochKeyedBatches(torch.utils.data.Sampler):
+    """A batch sampler's batches with the epoch in every key: ``[(index, batch_modality, epoch), ...]``.
+
+    Wraps :class:`BucketBatchSampler` (keys: indices; batch modality None) or :class:`ModalityBatchSampler`
+    (keys: ``(index, batch_modality)``) and reads the wrapped sampler's ``epoch`` when an epoch's iteration
+    starts. :meth:`AVDataset.__getitem__` then draws the augmentation (noise, crop, flip, speed, warping) of
+    that epoch in whichever process loads the item: with ``num_workers > 0`` and persistent workers each
+    worker holds a copy of the dataset made when the workers started, which ``AVDataset.set_epoch`` in the
+    main process does not reach, so without the epoch in the key every epoch would repeat the first one's
+    draws. ``set_epoch`` is forwarded to the wrapped sampler.
+    """
+
+    def __init__(self, batch_sampler):
+        self.batch_sampler = batch_sampler
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forwarded to the wrapped sampler, whose ``epoch`` the keys carry."""
+        self.batch_sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[list[tuple[int, str | None, int]]]:
+        epoch = int(self.batch_sampler.epoch)
+        for batch in self.batch_sampler:
+            yield [(k[0], k[1], epoch) if isinstance(k, tuple) else (k, None, epoch) for k in batch]
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
 
 
 class ModalityBatchSampler(torch.utils.data.Sampler):

@@ -27,6 +27,7 @@ from avsr.data.dataset import (
     AudioAugment,
     AVDataset,
     BucketBatchSampler,
+    EpochKeyedBatches,
     ModalityBatchSampler,
     NoiseConfig,
     collate,
@@ -363,7 +364,7 @@ class Trainer:
         self.valid_sampler = BucketBatchSampler(vlen, cfg.batch_frames, cfg.max_batch_size, shuffle=False)
         self.loader = torch.utils.data.DataLoader(
             train_set,
-            batch_sampler=self.sampler,
+            batch_sampler=EpochKeyedBatches(self.sampler),  # the epoch reaches the workers' dataset copies
             collate_fn=collate,
             num_workers=cfg.num_workers,
             persistent_workers=cfg.num_workers > 0,
