@@ -33,6 +33,7 @@ from avsr.autograd import grad_multiply
 from avsr.compat.fairseq_avhubert import LoadedCheckpoint, load_state_strict, read_checkpoint
 from avsr.config import ConfigError, check_keys, config_path, from_dict, load_yaml
 from avsr.nn.modality import draw_modalities
+from avsr.nn.precision import check_precision
 from avsr.nn.resnet import RESNET_RELU_TYPES, VideoFrontEnd
 from avsr.nn.transformer import ACTIVATIONS, TransformerEncoder
 
@@ -325,6 +326,24 @@ class AVHubertEncoder(nn.Module):
     @channels_last.setter
     def channels_last(self, value: bool | None) -> None:
         self.feature_extractor_video.resnet.channels_last = None if value is None else bool(value)
+
+    @property
+    def video_precision(self) -> str | None:
+        """Precision of the video front-end's ResNet (``ResEncoder.precision``, :mod:`avsr.nn.resnet`):
+        None (default) = the caller's; ``"bf16"`` / ``"fp32"`` = that precision whatever the caller's,
+        output in the input's dtype. Training sets it from ``video_precision``
+        (:class:`avsr.train.trainer.TrainConfig`).
+
+        Raises:
+            ValueError: a value other than None or one of :data:`avsr.nn.precision.PRECISIONS`.
+        """
+        return self.feature_extractor_video.resnet.precision
+
+    @video_precision.setter
+    def video_precision(self, value: str | None) -> None:
+        if value is not None:
+            check_precision(value, "video_precision")
+        self.feature_extractor_video.resnet.precision = value
 
     def _front_end(self, extractor: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """Run a front-end with AV-HuBERT's ``forward_features`` gradient handling."""

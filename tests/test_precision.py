@@ -257,6 +257,46 @@ def test_compiled_training_step_matches_eager_and_reuses_code_for_other_lengths(
     assert list(compiled.state_dict()) == list(model.state_dict())
 
 
+def test_video_precision_runs_the_resnet_alone_in_bf16():
+    """video_precision bf16 in float32 training: the ResNet computes in bfloat16, the rest (projection,
+    transformer) in float32; output and gradients float32 and close to float32 throughout; fp32 switches a
+    caller's bf16 autocast off for the ResNet alone."""
+    torch.manual_seed(0)
+    enc = AVHubertEncoder(**ENC)
+    ref_enc = copy.deepcopy(enc)
+    audio, video, lengths, _, _ = batch()
+    xs = {"audio": audio, "video": video}
+    seen = []
+    hooks = [m.register_forward_hook(lambda m, i, o: seen.append((type(m).__name__, o.dtype)))
+             for m in (enc.feature_extractor_video.resnet.trunk, enc.feature_extractor_video.proj)]
+    assert enc.video_precision is None
+    enc.video_precision = "bf16"
+    torch.manual_seed(1)  # the same dropout draws in both runs
+    out, _, _ = enc(xs, lengths)
+    assert seen == [("ResNetTrunk", torch.bfloat16), ("Linear", torch.float32)] and out.dtype == torch.float32
+    torch.manual_seed(1)
+    ref, _, _ = ref_enc(xs, lengths)
+    valid = torch.arange(12)[None, :] < lengths[:, None]
+    assert rel(out[valid], ref[valid]) < 3e-2
+    out[valid].square().mean().backward()
+    ref[valid].square().mean().backward()
+    grads = {k: p.grad for k, p in enc.named_parameters() if p.grad is not None}
+    ref_grads = {k: p.grad for k, p in ref_enc.named_parameters() if p.grad is not None}
+    assert grads.keys() == ref_grads.keys() and all(g.dtype == torch.float32 for g in grads.values())
+    rest = [k for k in ref_grads if not k.startswith("feature_extractor_video")]  # float32 math, bf16 input
+    flat = [torch.cat([g[k].flatten() for k in rest]) for g in (grads, ref_grads)]
+    assert rel(*flat) < 5e-2
+    seen.clear()
+    enc.video_precision = "fp32"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        enc(xs, lengths)
+    assert seen == [("ResNetTrunk", torch.float32), ("Linear", torch.bfloat16)]
+    with pytest.raises(ValueError, match=r"video_precision must be one of \['fp32', 'bf16'\], got 'fp16'"):
+        enc.video_precision = "fp16"
+    for h in hooks:
+        h.remove()
+
+
 def test_decoding_under_bf16_autocast_keeps_scores_float32():
     torch.manual_seed(0)
     model = AVSRModel(10, ENC, DEC).eval()
@@ -275,6 +315,7 @@ def test_decoding_under_bf16_autocast_keeps_scores_float32():
     ("precision", "fp16", r"precision must be one of \['fp32', 'bf16'\]"),
     ("compile", "sometimes", "compile: expected true or false"),
     ("checkpoint_activations", 1, "checkpoint_activations: expected true or false"),
+    ("video_precision", "fp16", r"video_precision must be one of \['fp32', 'bf16'\]"),
     ("flush_denormal", "yes please", "flush_denormal: expected true or false"),
 ])
 def test_train_config_speed_options_are_checked(tmp_path, key, value, match):

@@ -214,3 +214,13 @@ def test_trainer_flushes_subnormals_only_when_configured(setup, tmp_path):
     assert float(torch.tensor([1e-39]) * 1.0) != 0.0
     make_trainer(tok, utts, tmp_path / "ftz", 1)
     assert float(torch.tensor([1e-39]) * 1.0) == 0.0
+
+
+def test_trainer_sets_the_video_precision_of_the_encoder(setup, tmp_path):
+    tok, utts = setup
+    assert make_trainer(tok, utts, tmp_path / "a", 1).model.encoder.video_precision is None
+    trainer = make_trainer(tok, utts, tmp_path / "b", 1, video_precision="bf16")
+    assert trainer.model.encoder.video_precision == "bf16"
+    assert trainer.model.encoder.feature_extractor_video.resnet.precision == "bf16"
+    trainer.train_epoch()  # float32 training with a bfloat16 ResNet: finite statistics
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())

@@ -8,9 +8,10 @@ Reads a training YAML (``conf/train/*.yaml``: loop settings at the top level plu
 the new settings (and that holds checkpoints) is refused with the differing keys named, unless
 ``--allow-config-change`` is given; then the change is logged, appended to ``config_changes.log`` and the old
 configuration kept as ``config.<N>.yaml``. A longer schedule (``max_epoch``) and the speed settings
-(``precision``, ``compile``, ``checkpoint_activations``, ``cache_limit_mb``, ``flush_denormal``) may change on
-resume without the flag (logged). ``flush_denormal`` (default true) is applied before the model is built, so
-that every intra-op thread treats subnormal floats as zero (:func:`avsr.nn.precision.flush_denormal`).
+(``precision``, ``video_precision``, ``compile``, ``checkpoint_activations``, ``cache_limit_mb``,
+``flush_denormal``) may change on resume without the flag (logged). ``flush_denormal`` (default true) is
+applied before the model is built, so that every intra-op thread treats subnormal floats as zero
+(:func:`avsr.nn.precision.flush_denormal`).
 Temporary files of interrupted writes are removed at the start.
 For several GPUs run it under ``torchrun --nproc_per_node N``.
 
@@ -21,8 +22,9 @@ label set, ``<name>.km`` with its ``.km.json``) found in both data dirs, and no 
 
 Usage: ``python -m avsr.bin.train --config conf/train/x.yaml --train-data data/train --valid-data data/valid
 --bpemodel data/token_list/bpe.model --exp-dir exp/x [--train-noise noise.wav] [--ngpu 1]
-[--init-encoder exp/pretrain/epoch10.pt] [--precision fp32|bf16] [--compile true|false]
-[--checkpoint-activations true|false]`` (the last three override the YAML's speed settings);
+[--init-encoder exp/pretrain/epoch10.pt] [--precision fp32|bf16] [--video-precision fp32|bf16]
+[--compile true|false] [--checkpoint-activations true|false]`` (the last four override the YAML's speed
+settings);
 ``python -m avsr.bin.train --config conf/pretrain/x.yaml --train-data data/train --valid-data data/valid
 --labels iter1.km --exp-dir exp/pretrain_iter1``
 """
@@ -117,8 +119,8 @@ def _flatten(value: object, prefix: str = "") -> dict[str, object]:
 
 #: Settings a resumed run may change without --allow-config-change: a longer schedule, and the speed
 #: settings, which change no result beyond float rounding.
-FREE_ON_RESUME = frozenset({"max_epoch", "precision", "compile", "checkpoint_activations", "cache_limit_mb",
-                            "flush_denormal"})
+FREE_ON_RESUME = frozenset({"max_epoch", "precision", "video_precision", "compile", "checkpoint_activations",
+                            "cache_limit_mb", "flush_denormal"})
 
 
 def keep_promise(exp_dir: Path, resolved: dict, allow_change: bool) -> None:
@@ -179,6 +181,8 @@ def main(argv: list[str] | None = None) -> int | None:
                    help="resume an experiment with settings other than its config.yaml (logged, old kept)")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help="override precision of the config (bf16: bfloat16 autocast, see avsr.nn.precision)")
+    p.add_argument("--video-precision", choices=PRECISIONS, default=None,
+                   help="override video_precision of the config (the video front-end's ResNet alone)")
     p.add_argument("--compile", choices=("true", "false"), default=None,
                    help="override compile of the config (torch.compile of the model's heavy parts)")
     p.add_argument("--checkpoint-activations", choices=("true", "false"), default=None,
@@ -191,6 +195,8 @@ def main(argv: list[str] | None = None) -> int | None:
         cfg.max_epoch = args.max_epoch
     if args.precision is not None:
         cfg.precision = args.precision
+    if args.video_precision is not None:
+        cfg.video_precision = args.video_precision
     if args.compile is not None:
         cfg.compile = args.compile == "true"
     if args.checkpoint_activations is not None:

@@ -26,6 +26,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.utils import _triple
 
+from avsr.nn.precision import autocast_context
+
 __all__ = ["BasicBlock", "ResNetTrunk", "ResEncoder", "VideoFrontEnd", "RESNET_RELU_TYPES", "PReLU",
            "batch_norm_act"]
 
@@ -316,6 +318,14 @@ class ResEncoder(nn.Module):
     with the channels-last convolutions and pooling makes the recipe's forward + backward 12% faster in
     float32 and 24% in bfloat16 than the original layout. Parameters keep their layout.
 
+    Attribute ``precision``: None (default) = the caller's (float32, or the dtype of an autocast region
+    around it); ``"bf16"`` / ``"fp32"`` = this module computes under
+    :func:`avsr.nn.precision.autocast_context` of that precision whatever the caller's, and returns its
+    output in the input's dtype (float32 for float32 video). ``"bf16"`` in float32 training on CPU is the
+    training setting ``video_precision`` (:class:`avsr.train.trainer.TrainConfig`): the ResNet's
+    memory-bound BatchNorm, PReLU and pooling move half the bytes and oneDNN's bfloat16 convolutions are
+    faster, while the transformer stays float32.
+
     Input ``(B, 1, T, H, W)`` float (88x88 mouth crops at 25 fps, normalised); output
     ``(B, widths[3], T)`` float.
     """
@@ -333,6 +343,7 @@ class ResEncoder(nn.Module):
         )
         self.trunk = ResNetTrunk(widths, relu_type)
         self.channels_last: bool | None = None
+        self.precision: str | None = None
 
     def use_channels_last(self, x: torch.Tensor) -> bool:
         """Whether :meth:`forward` takes the channels-last path for input ``x`` (see the class docstring)."""
@@ -346,7 +357,14 @@ class ResEncoder(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``(B, 1, T, H, W) -> (B, widths[3], T)``."""
+        """``(B, 1, T, H, W) -> (B, widths[3], T)`` (in ``precision`` when set, see the class docstring)."""
+        if self.precision is None:
+            return self._forward(x)
+        with autocast_context(x.device, self.precision):
+            y = self._forward(x)
+        return y.to(x.dtype)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t = x.shape[0], x.shape[2]
         _, norm, act, pool = self.frontend3D
         kernel, stride, padding = (_triple(v)[1:] for v in (pool.kernel_size, pool.stride, pool.padding))

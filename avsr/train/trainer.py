@@ -83,6 +83,11 @@ class TrainConfig:
             :mod:`avsr.nn.precision`; CTC, log-softmax statistics, pretraining logits and the momentum
             label memory stay float32, as do parameters, gradients and optimizer state); null: ``bf16`` on
             CUDA when ``use_amp``, else ``fp32``.
+        video_precision: ``fp32`` or ``bf16``: the precision of the video front-end's ResNet alone
+            (:attr:`avsr.encoder.AVHubertEncoder.video_precision`), whatever ``precision`` says for the rest;
+            null: as the rest. ``bf16`` with ``precision: fp32`` on CPU: the memory-bound ResNet runs in
+            bfloat16 (its parameters, gradients and optimizer state stay float32) while the transformer,
+            decoder and losses stay float32 (README, "Performance").
         compile: ``torch.compile`` the model's heavy parts (:func:`compile_model`) with dynamic shapes, so
             that batches of other sizes reuse the compiled code; the first batches (training, validation)
             pay the compilation (see the README's "Performance" section for what it costs and gains).
@@ -121,6 +126,7 @@ class TrainConfig:
     cache_limit_mb: float | None = 8192.0
     use_amp: bool = True
     precision: str | None = None
+    video_precision: str | None = None
     compile: bool = False
     checkpoint_activations: bool = False
     flush_denormal: bool = True
@@ -131,8 +137,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         """Check the speed options. Raises ValueError naming the key (from_dict adds the file)."""
-        if self.precision is not None:
-            check_precision(self.precision, "precision")
+        for key in ("precision", "video_precision"):
+            if getattr(self, key) is not None:
+                check_precision(getattr(self, key), key)
         for key in ("compile", "checkpoint_activations", "use_amp", "flush_denormal"):
             if not isinstance(getattr(self, key), bool):
                 raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
@@ -388,6 +395,7 @@ class Trainer:
         self.precision = cfg.resolved_precision(self.device)
         if isinstance(encoder, AVHubertEncoder):
             encoder.checkpoint_activations = cfg.checkpoint_activations
+            encoder.video_precision = cfg.video_precision
         if cfg.compile:
             compile_model(self.model)
 
