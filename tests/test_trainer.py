@@ -224,3 +224,49 @@ def test_trainer_sets_the_video_precision_of_the_encoder(setup, tmp_path):
     assert trainer.model.encoder.feature_extractor_video.resnet.precision == "bf16"
     trainer.train_epoch()  # float32 training with a bfloat16 ResNet: finite statistics
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_av_batch_views_sum_the_losses_of_each_view_from_one_video_front_end_run(setup, monkeypatch):
+    tok, utts = setup
+    no_dropout = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    enc = {**MODEL["encoder_conf"], **no_dropout, "dropout_features": 0.0, "dropout_input": 0.0,
+           "modality_dropout": 0.0}
+    config = {"vocab_size": tok.vocab_size, **MODEL, "encoder_conf": enc,
+              "decoder_conf": {**MODEL["decoder_conf"], **no_dropout}}
+    torch.manual_seed(0)
+    one = AVSRModel.from_config(config).train()
+    views = {**MODEL["model_conf"], "av_batch_views": ["audiovisual", "video"]}
+    both = AVSRModel.from_config({**config, "model_conf": views}).train()
+    both.load_state_dict(one.state_dict())
+    assert both.conf.av_batch_views == ("audiovisual", "video")
+    ds = AVDataset(utts, tok)
+    batch = collate([ds[(i, "audiovisual")] for i in range(3)])
+    args = (batch["lengths"], batch["ys_pad"], batch["ys_lens"])
+    calls = []
+    front_end = both.encoder.encode_video
+    monkeypatch.setattr(both.encoder, "encode_video", lambda *a, **k: calls.append(1) or front_end(*a, **k))
+    loss, stats = both(batch["audio"], batch["video"], *args)
+    assert calls == [1]  # the video front-end ran once for both views
+    loss_av, stats_av = one(batch["audio"], batch["video"], *args)
+    loss_v, stats_v = one(None, batch["video"], *args)
+    torch.testing.assert_close(loss, loss_av + loss_v, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(stats["loss_ctc"], stats_av["loss_ctc"] + stats_v["loss_ctc"], rtol=1e-5,
+                               atol=1e-5)
+    torch.testing.assert_close(stats["acc"], (stats_av["acc"] + stats_v["acc"]) / 2)
+    loss.backward()
+    assert all(p.grad is not None for p in both.encoder.feature_extractor_video.parameters())
+    # one-stream batches and evaluation are scored as they are
+    torch.testing.assert_close(both(batch["audio"], None, *args)[0], one(batch["audio"], None, *args)[0])
+    both.load_state_dict(one.state_dict())  # the same BatchNorm running statistics
+    both.eval(), one.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(both(batch["audio"], batch["video"], *args)[0],
+                                   one(batch["audio"], batch["video"], *args)[0])
+
+
+@pytest.mark.parametrize("views", [[], ["video", "video"], ["fused"]])
+def test_av_batch_views_refuses_bad_values_naming_the_key(setup, views):
+    tok, _ = setup
+    config = {"vocab_size": tok.vocab_size, **MODEL, "model_conf": {"av_batch_views": views}}
+    with pytest.raises(ConfigError, match="av_batch_views"):
+        AVSRModel.from_config(config, "m.yaml")

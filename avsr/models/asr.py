@@ -80,7 +80,8 @@ class AVSRModelConfig:
             for all views, so on a CPU, where it costs 4-5x the rest of a step, ``[audiovisual, video]``
             trains the fused and the lip-reading path on every audio-visual batch for about 1.2x the cost of
             one view. Default ``[audiovisual]``: one view, as AV-HuBERT. Batches that carry one stream (the
-            loader's modality dropout) and evaluation are not affected.
+            loader's modality dropout) and evaluation are not affected; with several views the encoder
+            makes no modality-dropout draw of its own on a two-stream batch (the views decide).
     """
 
     ctc_weight: float = 0.3
