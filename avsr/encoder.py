@@ -37,9 +37,40 @@ from avsr.nn.precision import check_precision
 from avsr.nn.resnet import RESNET_RELU_TYPES, VideoFrontEnd
 from avsr.nn.transformer import ACTIVATIONS, TransformerEncoder
 
-__all__ = ["AVHubertEncoderConfig", "AVHubertEncoder", "AudioFrontEnd", "AVEmbedding", "MODALITY_FUSIONS"]
+__all__ = ["AVHubertEncoderConfig", "AVHubertEncoder", "AudioFrontEnd", "AudioGate", "AVEmbedding",
+           "MODALITY_FUSIONS"]
 
 MODALITY_FUSIONS = ("concat", "add")
+
+
+class AudioGate(nn.Module):
+    """Reliability gate of the audio stream (``audio_gate``): ``(B, D, T)`` audio and video front-end outputs
+    -> ``(B, 1, T)`` float gate in (0, 1) that scales the audio features before fusion.
+
+    The gate of frame t is ``sigmoid(w . [a_t; v_t; mean(a); mean(v)] + b)``: the frame's audio and video
+    features and their means over the utterance's valid frames (``padding_mask``: ``(B, T)`` bool, True at
+    padding, or None), so that it sees both the local and the utterance-level evidence of how much the
+    audio can be trusted. ``b`` starts at +3 (gate 0.95): a new model starts as AV-HuBERT's plain fusion. An
+    avsr extension in the spirit of reliability-weighted stream fusion (e.g. Yu et al., "Fusing information
+    streams in end-to-end audio-visual speech recognition", ICASSP 2021); it is not in AV-HuBERT.
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4 * dim, 1)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.constant_(self.proj.bias, 3.0)
+
+    def forward(self, audio: torch.Tensor, video: torch.Tensor,
+                padding_mask: torch.Tensor | None) -> torch.Tensor:
+        x = torch.cat([audio, video], dim=1)  # (B, 2D, T)
+        if padding_mask is None:
+            mean = x.mean(dim=2, keepdim=True)
+        else:
+            valid = (~padding_mask).to(x.dtype)[:, None, :]
+            mean = (x * valid).sum(dim=2, keepdim=True) / valid.sum(dim=2, keepdim=True).clamp(min=1.0)
+        x = torch.cat([x, mean.expand_as(x)], dim=1).transpose(1, 2)  # (B, T, 4D)
+        return torch.sigmoid(self.proj(x)).transpose(1, 2)
 
 
 @dataclass
@@ -68,6 +99,10 @@ class AVHubertEncoderConfig:
             no ``post_extract_proj``, as the original).
         modality_dropout: per batch in training, probability of dropping one modality (features
             zeroed); the dropped one is audio with probability ``audio_dropout``, else video.
+        audio_gate: an avsr extension, off in AV-HuBERT: on two-stream input, scale the audio front-end's
+            output by a learned gate in (0, 1) per frame before fusion (see :meth:`AVHubertEncoder.embed`).
+            A closed gate gives exactly the fused input of video-only input (audio features zeroed), so a
+            model trained with modality dropout can fall back to lip reading when the audio is noise.
         audio_feat_dim: input audio feature dim (104 = 26 log filterbanks x 4 stacked frames).
         resnet_relu_type: ``prelu`` or ``relu`` in the video ResNet.
         resnet_widths: the 4 stage widths of the video ResNet (stem channels = first); [64, 128, 256, 512]
@@ -92,6 +127,7 @@ class AVHubertEncoderConfig:
     modality_fuse: str = "concat"
     modality_dropout: float = 0.5
     audio_dropout: float = 0.5
+    audio_gate: bool = False
     audio_feat_dim: int = 104
     resnet_relu_type: str = "prelu"
     resnet_widths: list[int] = field(default_factory=lambda: [64, 128, 256, 512])
@@ -223,6 +259,7 @@ class AVHubertEncoder(nn.Module):
         self.embed_dim = 2 * d if config.modality_fuse == "concat" else d
         self.layer_norm = nn.LayerNorm(self.embed_dim)
         self.post_extract_proj = nn.Linear(self.embed_dim, d) if self.embed_dim != d else None
+        self.audio_gate = AudioGate(d) if config.audio_gate else None
         self.dropout_input = nn.Dropout(config.dropout_input)
         self.encoder = TransformerEncoder(
             embed_dim=d,
@@ -429,7 +466,8 @@ class AVHubertEncoder(nn.Module):
 
     def embed(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,
               video_features: torch.Tensor | None = None) -> AVEmbedding:
-        """Front-ends, modality dropout, fusion, layer_norm, post_extract_proj, dropout_input.
+        """Front-ends, modality dropout, the audio gate (``audio_gate``), fusion, layer_norm, post_extract_proj,
+        dropout_input.
 
         Args and errors as :meth:`forward`. Returns an :class:`AVEmbedding` (``x`` is ``(B, T, D)``).
         """
@@ -489,6 +527,8 @@ class AVHubertEncoder(nn.Module):
             feats_audio = feats_video.new_zeros(b, d, t)
         elif feats_video is None:
             feats_video = feats_audio.new_zeros(b, d, t)
+        elif self.audio_gate is not None:
+            feats_audio = feats_audio * self.audio_gate(feats_audio, feats_video, padding_mask)
 
         if self.config.modality_fuse == "concat":
             features = torch.cat([feats_audio, feats_video], dim=1)
