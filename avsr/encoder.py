@@ -466,8 +466,8 @@ class AVHubertEncoder(nn.Module):
 
     def embed(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,
               video_features: torch.Tensor | None = None) -> AVEmbedding:
-        """Front-ends, modality dropout, the audio gate (``audio_gate``), fusion, layer_norm, post_extract_proj,
-        dropout_input.
+        """Front-ends, modality dropout, the audio gate (``audio_gate``), fusion, layer_norm,
+        post_extract_proj, dropout_input.
 
         Args and errors as :meth:`forward`. Returns an :class:`AVEmbedding` (``x`` is ``(B, T, D)``).
         """

@@ -247,3 +247,35 @@ def test_torch_compile_fullgraph_matches_eager():
     compiled = torch.compile(enc, fullgraph=True, backend="aot_eager")
     with torch.no_grad():
         torch.testing.assert_close(compiled(xs, ilens)[0], enc(xs, ilens)[0])
+
+
+def test_audio_gate_closed_is_video_only_open_is_plain_fusion_and_one_stream_input_is_untouched():
+    plain = tiny(**NO_DROP).eval()
+    gated = tiny(**NO_DROP, audio_gate=True).eval()
+    assert set(gated.state_dict()) - set(plain.state_dict()) == {"audio_gate.proj.weight",
+                                                                 "audio_gate.proj.bias"}
+    assert not any("gate" in k for k in plain.state_dict())  # AV-HuBERT's layout without the option
+    gated.load_state_dict(plain.state_dict(), strict=False)
+    torch.manual_seed(1)
+    audio, video = torch.randn(3, 104, 12), torch.randn(3, 1, 12, HW, HW)
+    lens = torch.tensor([12, 9, 5])
+    with torch.no_grad():
+        start = gated.audio_gate(torch.randn(3, 16, 12), torch.randn(3, 16, 12), None)
+        assert start.shape == (3, 1, 12) and torch.allclose(start, torch.full_like(start, 0.9526), atol=1e-4)
+        gated.audio_gate.proj.bias.fill_(-50.0)  # closed: the audio-visual input becomes the video-only one
+        closed = gated({"audio": audio, "video": video}, lens)[0]
+        torch.testing.assert_close(closed, plain({"audio": None, "video": video}, lens)[0])
+        gated.audio_gate.proj.bias.fill_(50.0)  # open: AV-HuBERT's fusion
+        torch.testing.assert_close(gated({"audio": audio, "video": video}, lens)[0],
+                                   plain({"audio": audio, "video": video}, lens)[0])
+        gated.audio_gate.proj.weight.normal_()
+        gated.audio_gate.proj.bias.zero_()
+        for modality in ({"audio": audio, "video": None}, {"audio": None, "video": video}):
+            torch.testing.assert_close(gated(modality, lens)[0], plain(modality, lens)[0])
+        # a padded utterance gets the gate (and output) it gets alone: the utterance means skip padding
+        alone = gated({"audio": audio[2:, :, :5], "video": video[2:, :, :5]}, None)[0]
+        torch.testing.assert_close(gated({"audio": audio, "video": video}, lens)[0][2, :5], alone[0],
+                                   rtol=1e-4, atol=1e-5)
+    gated.train()
+    gated({"audio": audio, "video": video}, lens)[0].sum().backward()
+    assert gated.audio_gate.proj.weight.grad.abs().sum() > 0
