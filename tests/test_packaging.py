@@ -149,7 +149,10 @@ def test_train_config_by_name_keeps_the_relative_model_config():
     by_name = load_train_config("avsr_synthgrid_cpu")
     assert by_name == load_train_config(REPO / "conf/train/avsr_synthgrid_cpu.yaml")
     model_yaml = load_yaml(PKG / "conf/model/avsr_synthgrid_cpu.yaml")
-    assert by_name[1]["encoder_conf"] == model_yaml["encoder_conf"]  # model_config: ../model/... followed
+    train_yaml = load_yaml(REPO / "conf/train/avsr_synthgrid_cpu.yaml")
+    # model_config: ../model/... followed, the training config's own encoder_conf keys on top
+    assert by_name[1]["encoder_conf"] == {**model_yaml["encoder_conf"], **train_yaml.get("encoder_conf", {})}
+    assert by_name[1]["encoder_conf"]["encoder_layers"] == model_yaml["encoder_conf"]["encoder_layers"]
     assert load_train_config("avhubert_synthgrid_cpu")[1]["pretrain_conf"]  # pretrain/ is searched too
     with pytest.raises(ConfigError, match="avsr_synthgrid_cpu_finetune"):
         load_train_config("avsr_synthgrid")
