@@ -270,3 +270,15 @@ def test_av_batch_views_refuses_bad_values_naming_the_key(setup, views):
     config = {"vocab_size": tok.vocab_size, **MODEL, "model_conf": {"av_batch_views": views}}
     with pytest.raises(ConfigError, match="av_batch_views"):
         AVSRModel.from_config(config, "m.yaml")
+
+
+def test_av_batch_views_need_an_encoder_that_runs_the_video_front_end_alone(setup):
+    tok, _ = setup
+
+    class Foreign(torch.nn.Module):  # ESPnet AbsEncoder interface only
+        def output_size(self) -> int:
+            return 16
+
+    with pytest.raises(ConfigError, match="av_batch_views.*encode_video.*Foreign"):
+        AVSRModel(tok.vocab_size, encoder=Foreign(), av_batch_views=["audiovisual", "video"])
+    assert AVSRModel(tok.vocab_size, encoder=Foreign()).conf.av_batch_views == ("audiovisual",)

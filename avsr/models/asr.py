@@ -157,7 +157,8 @@ class AVSRModel(nn.Module):
     :meth:`from_pretrained` loads avsr checkpoints and official fairseq AV-HuBERT fine-tuned ones.
 
     Raises:
-        avsr.config.ConfigError: unknown option in ``encoder_conf``/``decoder_conf``, or a bad value.
+        avsr.config.ConfigError: unknown option in ``encoder_conf``/``decoder_conf``, or a bad value;
+            ``av_batch_views`` other than ``[audiovisual]`` with an ``encoder`` that lacks ``encode_video``.
     """
 
     def __init__(
@@ -196,6 +197,9 @@ class AVSRModel(nn.Module):
                 raise ConfigError(f"encoder_conf: {e}") from e
         elif encoder_conf:
             raise ConfigError("AVSRModel: give either encoder= or encoder_conf, not both")
+        if self.conf.av_batch_views != ("audiovisual",) and not hasattr(encoder, "encode_video"):
+            raise ConfigError(f"model_conf: av_batch_views {list(self.conf.av_batch_views)} needs an encoder "
+                              f"with encode_video (AVHubertEncoder); {type(encoder).__name__} has none")
         self.encoder = encoder
         d = encoder.output_size()
         self.ctc_lo = nn.Linear(d, vocab_size) if self.ctc_weight > 0 else None
