@@ -47,17 +47,23 @@ class AudioGate(nn.Module):
     """Reliability gate of the audio stream (``audio_gate``): ``(B, D, T)`` audio and video front-end outputs
     -> ``(B, 1, T)`` float gate in (0, 1) that scales the audio features before fusion.
 
-    The gate of frame t is ``sigmoid(w . [a_t; v_t; mean(a); mean(v)] + b)``: the frame's audio and video
-    features and their means over the utterance's valid frames (``padding_mask``: ``(B, T)`` bool, True at
-    padding, or None), so that it sees both the local and the utterance-level evidence of how much the
-    audio can be trusted. ``b`` starts at +3 (gate 0.95): a new model starts as AV-HuBERT's plain fusion. An
+    The gate of frame t is ``sigmoid(w . x_t + b)`` of ``x_t = [a_t; v_t; mean(a); mean(v)]``: the frame's
+    audio and video features and their means over the utterance's valid frames (``padding_mask``: ``(B, T)``
+    bool, True at padding, or None), so that it sees both the local and the utterance-level evidence of how
+    much the audio can be trusted. With ``hidden > 0`` (``audio_gate_hidden``) ``x_t`` first passes through
+    ``GELU(Linear(4D -> hidden))``, so that the gate can weigh interactions of the two streams (e.g. whether
+    they agree), which a linear function of them cannot. ``w`` starts at 0 and ``b`` at +3 (gate 0.95): a new
+    model starts as AV-HuBERT's plain fusion. An
     avsr extension in the spirit of reliability-weighted stream fusion (e.g. Yu et al., "Fusing information
     streams in end-to-end audio-visual speech recognition", ICASSP 2021); it is not in AV-HuBERT.
     """
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, hidden: int = 0) -> None:
         super().__init__()
-        self.proj = nn.Linear(4 * dim, 1)
+        if hidden < 0:
+            raise ValueError(f"audio_gate_hidden must be >= 0, got {hidden}")
+        self.hidden = nn.Sequential(nn.Linear(4 * dim, hidden), nn.GELU()) if hidden else None
+        self.proj = nn.Linear(hidden or 4 * dim, 1)
         nn.init.zeros_(self.proj.weight)
         nn.init.constant_(self.proj.bias, 3.0)
 
@@ -70,6 +76,8 @@ class AudioGate(nn.Module):
             valid = (~padding_mask).to(x.dtype)[:, None, :]
             mean = (x * valid).sum(dim=2, keepdim=True) / valid.sum(dim=2, keepdim=True).clamp(min=1.0)
         x = torch.cat([x, mean.expand_as(x)], dim=1).transpose(1, 2)  # (B, T, 4D)
+        if self.hidden is not None:
+            x = self.hidden(x)
         return torch.sigmoid(self.proj(x)).transpose(1, 2)
 
 
@@ -103,6 +111,7 @@ class AVHubertEncoderConfig:
             output by a learned gate in (0, 1) per frame before fusion (see :meth:`AVHubertEncoder.embed`).
             A closed gate gives exactly the fused input of video-only input (audio features zeroed), so a
             model trained with modality dropout can fall back to lip reading when the audio is noise.
+        audio_gate_hidden: hidden units of the gate (:class:`AudioGate`; 0: a linear gate).
         audio_feat_dim: input audio feature dim (104 = 26 log filterbanks x 4 stacked frames).
         resnet_relu_type: ``prelu`` or ``relu`` in the video ResNet.
         resnet_widths: the 4 stage widths of the video ResNet (stem channels = first); [64, 128, 256, 512]
@@ -128,6 +137,7 @@ class AVHubertEncoderConfig:
     modality_dropout: float = 0.5
     audio_dropout: float = 0.5
     audio_gate: bool = False
+    audio_gate_hidden: int = 0
     audio_feat_dim: int = 104
     resnet_relu_type: str = "prelu"
     resnet_widths: list[int] = field(default_factory=lambda: [64, 128, 256, 512])
@@ -144,6 +154,9 @@ class AVHubertEncoderConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise ConfigError(f"{name} must be a probability in [0, 1], got {value!r}")
+        if isinstance(self.audio_gate_hidden, bool) or not isinstance(self.audio_gate_hidden, int) \
+                or self.audio_gate_hidden < 0:
+            raise ConfigError(f"audio_gate_hidden must be an integer >= 0, got {self.audio_gate_hidden!r}")
         if not isinstance(self.feature_grad_mult, (int, float)) or self.feature_grad_mult < 0:
             raise ConfigError(f"feature_grad_mult must be a number >= 0, got {self.feature_grad_mult!r}")
         if self.modality_fuse not in MODALITY_FUSIONS:
@@ -259,7 +272,7 @@ class AVHubertEncoder(nn.Module):
         self.embed_dim = 2 * d if config.modality_fuse == "concat" else d
         self.layer_norm = nn.LayerNorm(self.embed_dim)
         self.post_extract_proj = nn.Linear(self.embed_dim, d) if self.embed_dim != d else None
-        self.audio_gate = AudioGate(d) if config.audio_gate else None
+        self.audio_gate = AudioGate(d, config.audio_gate_hidden) if config.audio_gate else None
         self.dropout_input = nn.Dropout(config.dropout_input)
         self.encoder = TransformerEncoder(
             embed_dim=d,

@@ -279,3 +279,29 @@ def test_audio_gate_closed_is_video_only_open_is_plain_fusion_and_one_stream_inp
     gated.train()
     gated({"audio": audio, "video": video}, lens)[0].sum().backward()
     assert gated.audio_gate.proj.weight.grad.abs().sum() > 0
+
+
+def test_audio_gate_hidden_is_an_mlp_gate_that_starts_open_ignores_padding_and_learns():
+    gated = tiny(**NO_DROP, audio_gate=True, audio_gate_hidden=8).eval()
+    keys = {k for k in gated.state_dict() if "gate" in k}
+    assert keys == {"audio_gate.hidden.0.weight", "audio_gate.hidden.0.bias", "audio_gate.proj.weight",
+                    "audio_gate.proj.bias"}
+    assert gated.audio_gate.hidden[0].weight.shape == (8, 4 * 16) and gated.audio_gate.proj.weight.shape == (1, 8)
+    torch.manual_seed(2)
+    audio, video = torch.randn(3, 104, 12), torch.randn(3, 1, 12, HW, HW)
+    lens = torch.tensor([12, 9, 5])
+    with torch.no_grad():
+        start = gated.audio_gate(torch.randn(3, 16, 12), torch.randn(3, 16, 12), None)
+        assert torch.allclose(start, torch.full_like(start, 0.9526), atol=1e-4)  # as the linear gate
+        gated.audio_gate.proj.weight.normal_()
+        gate = gated.audio_gate(torch.randn(3, 16, 12), torch.randn(3, 16, 12), None)
+        assert gate.std() > 1e-3  # the hidden layer makes it depend on the frame
+        alone = gated({"audio": audio[2:, :, :5], "video": video[2:, :, :5]}, None)[0]
+        torch.testing.assert_close(gated({"audio": audio, "video": video}, lens)[0][2, :5], alone[0],
+                                   rtol=1e-4, atol=1e-5)
+    gated.train()
+    gated({"audio": audio, "video": video}, lens)[0].sum().backward()
+    assert gated.audio_gate.hidden[0].weight.grad.abs().sum() > 0
+    for bad in (-1, True, 2.5):
+        with pytest.raises(ConfigError, match="audio_gate_hidden"):
+            AVHubertEncoderConfig(audio_gate_hidden=bad)
