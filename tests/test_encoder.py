@@ -286,7 +286,8 @@ def test_audio_gate_hidden_is_an_mlp_gate_that_starts_open_ignores_padding_and_l
     keys = {k for k in gated.state_dict() if "gate" in k}
     assert keys == {"audio_gate.hidden.0.weight", "audio_gate.hidden.0.bias", "audio_gate.proj.weight",
                     "audio_gate.proj.bias"}
-    assert gated.audio_gate.hidden[0].weight.shape == (8, 4 * 16) and gated.audio_gate.proj.weight.shape == (1, 8)
+    assert gated.audio_gate.hidden[0].weight.shape == (8, 4 * 16)
+    assert gated.audio_gate.proj.weight.shape == (1, 8)
     torch.manual_seed(2)
     audio, video = torch.randn(3, 104, 12), torch.randn(3, 1, 12, HW, HW)
     lens = torch.tensor([12, 9, 5])
