@@ -112,6 +112,11 @@ class AVHubertEncoderConfig:
             A closed gate gives exactly the fused input of video-only input (audio features zeroed), so a
             model trained with modality dropout can fall back to lip reading when the audio is noise.
         audio_gate_hidden: hidden units of the gate (:class:`AudioGate`; 0: a linear gate).
+        audio_cmn: an avsr extension, off in AV-HuBERT: subtract each utterance's mean over its valid frames
+            from every audio input feature (per dimension) before the audio front-end -- cepstral mean
+            normalisation, as Kaldi's per-utterance CMN, of the stacked log filterbanks. It removes the
+            utterance's long-term spectral envelope (microphone, channel, part of a voice's timbre), so that
+            the model does not learn the few training voices' envelopes. Train and decode with the same value.
         audio_feat_dim: input audio feature dim (104 = 26 log filterbanks x 4 stacked frames).
         resnet_relu_type: ``prelu`` or ``relu`` in the video ResNet.
         resnet_widths: the 4 stage widths of the video ResNet (stem channels = first); [64, 128, 256, 512]
@@ -138,6 +143,7 @@ class AVHubertEncoderConfig:
     audio_dropout: float = 0.5
     audio_gate: bool = False
     audio_gate_hidden: int = 0
+    audio_cmn: bool = False
     audio_feat_dim: int = 104
     resnet_relu_type: str = "prelu"
     resnet_widths: list[int] = field(default_factory=lambda: [64, 128, 256, 512])
@@ -497,6 +503,16 @@ class AVHubertEncoder(nn.Module):
             return None
         return padding_mask
 
+    @staticmethod
+    def _cmn(audio: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
+        """``(B, F, T)`` audio features minus their mean over each utterance's valid frames (``audio_cmn``);
+        padded frames stay zero."""
+        if padding_mask is None:
+            return audio - audio.mean(dim=2, keepdim=True)
+        valid = (~padding_mask).to(audio.dtype)[:, None, :]
+        mean = (audio * valid).sum(dim=2, keepdim=True) / valid.sum(dim=2, keepdim=True).clamp(min=1.0)
+        return (audio - mean) * valid
+
     def _video_front_end(self, video: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
         """``(B, 1, T, H, W) -> (B, D, T)``: padded frames zeroed, then the video front-end (GradMultiply)."""
         if padding_mask is not None:
@@ -533,6 +549,8 @@ class AVHubertEncoder(nn.Module):
             audio, video = self._modality_dropout(audio, video)
         feats_audio, feats_video = None, video_features
         if audio is not None:
+            if self.config.audio_cmn:
+                audio = self._cmn(audio, padding_mask)
             feats_audio = self._front_end(self.feature_extractor_audio, audio)  # (B, D, T)
         if video is not None and video_features is None:
             feats_video = self._video_front_end(video, padding_mask)  # (B, D, T)

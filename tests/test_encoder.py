@@ -306,3 +306,26 @@ def test_audio_gate_hidden_is_an_mlp_gate_that_starts_open_ignores_padding_and_l
     for bad in (-1, True, 2.5):
         with pytest.raises(ConfigError, match="audio_gate_hidden"):
             AVHubertEncoderConfig(audio_gate_hidden=bad)
+
+
+def test_audio_cmn_removes_each_utterances_constant_offset_and_ignores_padding():
+    plain = tiny(**NO_DROP).eval()
+    cmn = tiny(**NO_DROP, audio_cmn=True).eval()
+    cmn.load_state_dict(plain.state_dict())  # no new parameters
+    torch.manual_seed(3)
+    audio, video = torch.randn(3, 104, 12), torch.randn(3, 1, 12, HW, HW)
+    lens = torch.tensor([12, 9, 5])
+    valid = (torch.arange(12)[None, :] < lens[:, None])[:, None, :]
+    offset = torch.randn(3, 104, 1) * 3 * valid  # a per-utterance, per-feature constant on the valid frames
+    with torch.no_grad():
+        for modality in ({"audio": audio, "video": None}, {"audio": audio, "video": video}):
+            shifted = dict(modality, audio=audio + offset)
+            torch.testing.assert_close(cmn(shifted, lens)[0], cmn(modality, lens)[0], rtol=1e-4, atol=1e-4)
+            assert not torch.allclose(plain(shifted, lens)[0], plain(modality, lens)[0], atol=1e-2)
+        # the mean is over the valid frames only: a padded utterance gets the output it gets alone
+        alone = cmn({"audio": audio[2:, :, :5], "video": None}, None)[0]
+        torch.testing.assert_close(cmn({"audio": audio, "video": None}, lens)[0][2, :5], alone[0],
+                                   rtol=1e-4, atol=1e-5)
+        centred = audio[2:, :, :5] - audio[2:, :, :5].mean(dim=2, keepdim=True)
+        torch.testing.assert_close(cmn({"audio": centred, "video": None}, None)[0],
+                                   plain({"audio": centred, "video": None}, None)[0])
