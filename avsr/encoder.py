@@ -43,6 +43,15 @@ __all__ = ["AVHubertEncoderConfig", "AVHubertEncoder", "AudioFrontEnd", "AudioGa
 MODALITY_FUSIONS = ("concat", "add")
 
 
+def valid_mean(x: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
+    """``(B, C, T)`` -> ``(B, C, 1)``: the mean over each utterance's valid frames (``padding_mask``:
+    ``(B, T)`` bool, True at padding, or None for none); an utterance without valid frames gets 0."""
+    if padding_mask is None:
+        return x.mean(dim=2, keepdim=True)
+    valid = (~padding_mask).to(x.dtype)[:, None, :]
+    return (x * valid).sum(dim=2, keepdim=True) / valid.sum(dim=2, keepdim=True).clamp(min=1.0)
+
+
 class AudioGate(nn.Module):
     """Reliability gate of the audio stream (``audio_gate``): ``(B, D, T)`` audio and video front-end outputs
     -> ``(B, 1, T)`` float gate in (0, 1) that scales the audio features before fusion.
@@ -56,6 +65,9 @@ class AudioGate(nn.Module):
     model starts as AV-HuBERT's plain fusion. An
     avsr extension in the spirit of reliability-weighted stream fusion (e.g. Yu et al., "Fusing information
     streams in end-to-end audio-visual speech recognition", ICASSP 2021); it is not in AV-HuBERT.
+
+    Raises:
+        ValueError: ``hidden < 0``.
     """
 
     def __init__(self, dim: int, hidden: int = 0) -> None:
@@ -70,12 +82,7 @@ class AudioGate(nn.Module):
     def forward(self, audio: torch.Tensor, video: torch.Tensor,
                 padding_mask: torch.Tensor | None) -> torch.Tensor:
         x = torch.cat([audio, video], dim=1)  # (B, 2D, T)
-        if padding_mask is None:
-            mean = x.mean(dim=2, keepdim=True)
-        else:
-            valid = (~padding_mask).to(x.dtype)[:, None, :]
-            mean = (x * valid).sum(dim=2, keepdim=True) / valid.sum(dim=2, keepdim=True).clamp(min=1.0)
-        x = torch.cat([x, mean.expand_as(x)], dim=1).transpose(1, 2)  # (B, T, 4D)
+        x = torch.cat([x, valid_mean(x, padding_mask).expand_as(x)], dim=1).transpose(1, 2)  # (B, T, 4D)
         if self.hidden is not None:
             x = self.hidden(x)
         return torch.sigmoid(self.proj(x)).transpose(1, 2)
@@ -507,11 +514,8 @@ class AVHubertEncoder(nn.Module):
     def _cmn(audio: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
         """``(B, F, T)`` audio features minus their mean over each utterance's valid frames (``audio_cmn``);
         padded frames stay zero."""
-        if padding_mask is None:
-            return audio - audio.mean(dim=2, keepdim=True)
-        valid = (~padding_mask).to(audio.dtype)[:, None, :]
-        mean = (audio * valid).sum(dim=2, keepdim=True) / valid.sum(dim=2, keepdim=True).clamp(min=1.0)
-        return (audio - mean) * valid
+        centred = audio - valid_mean(audio, padding_mask)
+        return centred if padding_mask is None else centred.masked_fill(padding_mask[:, None, :], 0.0)
 
     def _video_front_end(self, video: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
         """``(B, 1, T, H, W) -> (B, D, T)``: padded frames zeroed, then the video front-end (GradMultiply)."""
