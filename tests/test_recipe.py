@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from avsr.train.trainer import load_train_config
+
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "synthgrid" / "avsr1"
 
@@ -16,10 +18,10 @@ pytestmark = pytest.mark.skipif(shutil.which("festival") is None, reason="festiv
 
 
 def tiny_configs(tmp_path: Path) -> tuple[Path, Path]:
-    train = yaml.safe_load((ROOT / "conf/train/avsr_synthgrid_cpu.yaml").read_text())
-    model = yaml.safe_load((ROOT / "conf/train" / train.pop("model_config")).read_text())
-    for key, section in model.items():  # the training config's model settings win, as load_train_config
-        train[key] = {**section, **train.get(key, {})}
+    path = ROOT / "conf/train/avsr_synthgrid_cpu.yaml"
+    train = yaml.safe_load(path.read_text())
+    del train["model_config"]
+    train.update(load_train_config(path)[1])  # the model YAML's sections under the training config's keys
     train.update(max_epoch=2, batch_frames=800, warmup_steps=5, keep_nbest=2)
     train["encoder_conf"].update(encoder_layers=1, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
                                  encoder_attention_heads=2, conv_pos=8, conv_pos_groups=4,
