@@ -19,9 +19,10 @@ from avsr.data.dataset import (
     NoiseConfig,
     collate,
 )
-from avsr.data.media import MediaError, write_video, write_wav
+from avsr.data.media import MediaError, read_wav, write_video, write_wav
 from avsr.data.noise import NoiseSource, mix_at_snr
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
+from avsr.features import avhubert_audio_features
 
 WORDS = (
     "BIN LAY PLACE SET BLUE GREEN RED WHITE AT BY IN WITH A B C ONE TWO THREE AGAIN NOW PLEASE SOON".split()
@@ -266,6 +267,44 @@ def test_batch_modality_loads_only_its_streams_with_its_noise_probability(tmp_pa
     with pytest.raises(ValueError, match="loads only"):
         AVDataset(utts, tokenizer, modalities=("audio",))[(0, "video")]
 
+
+
+def test_av_mismatch_gives_audio_visual_items_another_speakers_audio_reproducibly(tmp_path, tokenizer):
+    """av_mismatch_prob: an item of an audio-visual batch gets the waveform of another speaker's utterance,
+    repeated or cut to its length (its video and tokens stay its own); audio-only batches, items without a
+    batch modality and evaluation never do; the draws are a function of (seed, epoch, index), and a
+    mismatched item's features never enter the clean-feature cache."""
+    utts = [make_utt(tmp_path, "s1_a", 10), make_utt(tmp_path, "s1_b", 9, text="SET RED BY B TWO SOON"),
+            make_utt(tmp_path, "s2_c", 4), make_utt(tmp_path, "s3_d", 12)]
+    plain = AVDataset(utts, tokenizer)
+    own = [plain[i]["audio"] for i in range(len(utts))]
+    always = AVDataset(utts, tokenizer, train=True, audio_augment=AudioAugment(av_mismatch_prob=1.0))
+    for i, u in enumerate(utts):
+        item = always[(i, "audiovisual")]
+        assert torch.equal(item["video"], AVDataset(utts, tokenizer, train=True)[(i, "audiovisual")]["video"])
+        assert torch.equal(item["tokens"], plain[i]["tokens"]) and item["audio"].shape == own[i].shape
+        others = [j for j, v in enumerate(utts) if v.speaker != u.speaker]
+        # the features of another speaker's waveform, repeated or cut to this utterance's length
+        n = read_wav(u.wav).numel()
+        candidates = [avhubert_audio_features(w.repeat(-(-n // w.numel()))[:n], num_video_frames=u.num_frames)
+                      for w in (read_wav(utts[j].wav) for j in others)]
+        assert any(torch.equal(item["audio"], c) for c in candidates), u.utt_id
+        assert torch.equal(always[(i, "audio")]["audio"], own[i])  # audio-only batch: its own audio
+        assert torch.equal(always[i]["audio"], own[i])  # no batch modality: its own audio
+    assert always._feat_cache.keys() <= {0, 1, 2, 3}
+    for i, feats in always._feat_cache.items():
+        assert torch.equal(feats, own[i])  # only the own, clean audio is ever cached
+    evaluation = AVDataset(utts, tokenizer, audio_augment=AudioAugment(av_mismatch_prob=1.0))
+    assert torch.equal(evaluation[(0, "audiovisual")]["audio"], own[0])  # train=False: no mismatch
+    half = AVDataset(utts * 10, tokenizer, train=True, audio_augment=AudioAugment(av_mismatch_prob=0.5))
+    draws = [not torch.equal(half[(i, "audiovisual")]["audio"], own[i % 4]) for i in range(40)]
+    assert 8 <= sum(draws) <= 32
+    again = AVDataset(utts * 10, tokenizer, train=True, audio_augment=AudioAugment(av_mismatch_prob=0.5))
+    assert draws == [not torch.equal(again[(i, "audiovisual")]["audio"], own[i % 4]) for i in range(40)]
+    again.set_epoch(1)
+    assert draws != [not torch.equal(again[(i, "audiovisual")]["audio"], own[i % 4]) for i in range(40)]
+    with pytest.raises(ValueError, match="av_mismatch_prob"):
+        AVDataset(utts, tokenizer, audio_augment=AudioAugment(av_mismatch_prob=1.5))
 
 
 def test_epoch_in_the_keys_reaches_persistent_dataloader_workers(tmp_path, tokenizer):

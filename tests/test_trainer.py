@@ -193,6 +193,24 @@ def test_modality_dropout_is_drawn_by_the_loader_and_not_again_by_the_encoder(se
     assert encoder.feature_extractor_audio.proj.weight.grad is None
 
 
+def test_av_mismatch_prob_from_the_train_config_needs_loader_drawn_modality_dropout(setup, tmp_path):
+    tok, utts = setup
+    (tmp_path / "t.yaml").write_text("av_mismatch_prob: 0.2\n")
+    cfg, _ = load_train_config(tmp_path / "t.yaml")
+    assert build_audio_augment(cfg).av_mismatch_prob == 0.2
+    (tmp_path / "b.yaml").write_text("av_mismatch_prob: 1.2\n")
+    with pytest.raises(ConfigError, match="av_mismatch_prob"):
+        load_train_config(tmp_path / "b.yaml")
+    trainer = make_trainer(tok, utts, tmp_path / "ok", max_epoch=1, av_mismatch_prob=0.2)
+    assert isinstance(trainer.sampler, ModalityBatchSampler)
+    MODEL["encoder_conf"]["modality_dropout"] = 0.0
+    try:  # no batch would be marked audio-visual: refused, not ignored
+        with pytest.raises(ConfigError, match="av_mismatch_prob.*modality dropout"):
+            make_trainer(tok, utts, tmp_path / "bad", max_epoch=1, av_mismatch_prob=0.2)
+    finally:
+        MODEL["encoder_conf"]["modality_dropout"] = 0.5
+
+
 def test_noise_probabilities_per_batch_modality_from_the_train_config(tmp_path):
     write_wav(tmp_path / "n.wav", np.random.default_rng(0).standard_normal(16000).astype(np.float32))
     (tmp_path / "a.yaml").write_text("noise_prob: 0.5\nnoise_prob_audio_only: 0.1\n")

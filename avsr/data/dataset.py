@@ -93,6 +93,15 @@ class AudioAugment:
             from this range (VTLP, :func:`avsr.features.warp_spectrum`), or None for no warping.
         num_freq_mask: SpecAugment frequency masks per utterance (:func:`avsr.features.freq_mask`).
         freq_mask_width: widest frequency mask, in filterbank channels (of 26).
+        av_mismatch_prob: probability that an utterance of an audio-visual batch (the batch modality
+            ``audiovisual`` of :class:`ModalityBatchSampler`) gets, in place of its own, the waveform of
+            another training utterance of another speaker (repeated or cut to its length, before the noise).
+            Its lips are then the only evidence of its transcript, so the fused model learns to weigh the
+            audio by whether it agrees with the lips rather than by how clean it sounds -- the case of a
+            voice it has not heard. Audio-only batches and items without a batch modality never get it.
+            An avsr extension (incongruent audio-visual pairs, as the negatives of audio-visual
+            synchronisation training, e.g. Chung & Zisserman, "Out of time: automated lip sync in the
+            wild", ACCV 2016 workshops); it is not in AV-HuBERT.
 
     Raises (``check``):
         ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
@@ -103,9 +112,12 @@ class AudioAugment:
     num_freq_mask: int = 0
     freq_mask_width: int = 0
     speed_factors: tuple[float, ...] = ()
+    av_mismatch_prob: float = 0.0
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
+        if not 0.0 <= self.av_mismatch_prob <= 1.0:
+            raise ValueError(f"av_mismatch_prob must be in [0, 1], got {self.av_mismatch_prob}")
         if any(not f > 0 for f in self.speed_factors):
             raise ValueError(f"speed_perturb factors must be positive, got {list(self.speed_factors)}")
         if self.freq_warp is not None:
@@ -123,7 +135,8 @@ class AudioAugment:
         """Whether this changes anything."""
         warp = self.freq_warp is not None and tuple(self.freq_warp) != (1.0, 1.0)
         speed = any(f != 1.0 for f in self.speed_factors)
-        return warp or speed or (self.num_freq_mask > 0 and self.freq_mask_width > 0)
+        masks = self.num_freq_mask > 0 and self.freq_mask_width > 0
+        return warp or speed or masks or self.av_mismatch_prob > 0
 
 
 @dataclass
@@ -312,7 +325,11 @@ class AVDataset(torch.utils.data.Dataset):
         num_frames = int(video.shape[0]) if video is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
         audio_feats = video_feats = tokens = None
         if wav is not None and "audio" in keep:
-            clean = wav
+            own = wav
+            if aug is not None and aug.av_mismatch_prob > 0 and batch_modality == "audiovisual":
+                other = self._mismatched_audio(index, epoch, wav.numel(), aug.av_mismatch_prob)
+                wav = own if other is None else other
+            clean = wav if wav is own else None  # another utterance's audio is never cached as this one's
             if self.noise is not None:
                 wav = self._add_noise(u.utt_id, wav, g, self.noise.prob_for(batch_modality))
             warp = 1.0
@@ -341,6 +358,24 @@ class AVDataset(torch.utils.data.Dataset):
             "text": u.text,
             "labels": [self._labels(ls, u.utt_id, num_frames, factor) for ls in self.label_sets] or None,
         }
+
+    def _mismatched_audio(self, index: int, epoch: int, num_samples: int, prob: float) -> torch.Tensor | None:
+        """``AudioAugment.av_mismatch_prob``: with probability ``prob``, the waveform of another utterance of
+        another speaker (unperturbed), repeated or cut to ``num_samples``; else None (the item keeps its
+        own). The draws come from their own stream (seed, epoch, index), so the other augmentation draws do
+        not move."""
+        g = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "av_mismatch"))
+        if float(torch.rand((), generator=g)) >= prob or len(self.utts) < 2:
+            return None
+        speaker = self.utts[index].speaker
+        for _ in range(8):  # another speaker's utterance (any other one when the corpus has one speaker)
+            j = int(torch.randint(0, len(self.utts) - 1, (1,), generator=g))
+            j += j >= index
+            if self.utts[j].speaker != speaker:
+                break
+        other = self._load(j)[0]
+        reps = -(-num_samples // max(1, other.numel()))
+        return other.repeat(reps)[:num_samples]
 
     def _labels(self, ls: LabelSet, utt_id: str, num_frames: int, speed: float = 1.0) -> torch.Tensor:
         lab = ls.labels.get(utt_id)

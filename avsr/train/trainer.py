@@ -69,6 +69,10 @@ class TrainConfig:
         noise_snr_db: SNRs in dB drawn uniformly for that noise.
         freq_warp: ``[low, high]`` range of the per-utterance frequency-axis scale of the audio spectrum
             (VTLP; null: none), see :class:`avsr.data.dataset.AudioAugment`.
+        av_mismatch_prob: probability that an utterance of an audio-visual training batch gets the audio
+            of another utterance of another speaker in place of its own (its transcript stays that of its
+            lips), see :class:`avsr.data.dataset.AudioAugment`. Needs modality dropout drawn by the loader
+            (``modality_dropout > 0`` and both streams), which is what marks a batch audio-visual.
         num_freq_mask: SpecAugment frequency masks per training utterance (0: none).
         freq_mask_width: widest frequency mask in filterbank channels (of 26).
         speed_perturb: speed factors drawn uniformly per training utterance and epoch, applied to audio and
@@ -118,6 +122,7 @@ class TrainConfig:
     noise_prob_audio_only: float | None = None
     noise_snr_db: list[float] = field(default_factory=lambda: [-5.0, 0.0, 5.0, 10.0])
     freq_warp: list[float] | None = None
+    av_mismatch_prob: float = 0.0
     num_freq_mask: int = 0
     freq_mask_width: int = 0
     speed_perturb: list[float] | None = None
@@ -270,7 +275,8 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
             raise ConfigError(f"freq_warp must be [low, high], got {cfg.freq_warp}")
         warp = (float(cfg.freq_warp[0]), float(cfg.freq_warp[1]))
     speed = tuple(float(f) for f in cfg.speed_perturb or ())
-    aug = AudioAugment(warp, int(cfg.num_freq_mask), int(cfg.freq_mask_width), speed)
+    aug = AudioAugment(warp, int(cfg.num_freq_mask), int(cfg.freq_mask_width), speed,
+                       av_mismatch_prob=float(cfg.av_mismatch_prob))
     try:
         aug.check()
     except ValueError as e:
@@ -367,6 +373,10 @@ class Trainer:
             # modality dropout drawn per batch by the loader: audio-only batches skip the video's crop and
             # get their own noise probability; the encoder then does not draw again
             self.sampler = encoder.hand_over_modality_dropout(buckets, seed=cfg.seed)
+        if cfg.av_mismatch_prob > 0 and not isinstance(self.sampler, ModalityBatchSampler):
+            raise ConfigError("av_mismatch_prob > 0 needs modality dropout drawn by the loader (an encoder "
+                              "with modality_dropout > 0 and a training set with audio and video): no batch "
+                              "is marked audio-visual otherwise")
         vlen = [valid_set.num_frames(i) for i in range(len(valid_set))]
         self.valid_sampler = BucketBatchSampler(vlen, cfg.batch_frames, cfg.max_batch_size, shuffle=False)
         self.loader = torch.utils.data.DataLoader(
