@@ -307,6 +307,29 @@ def test_av_mismatch_gives_audio_visual_items_another_speakers_audio_reproducibl
         AVDataset(utts, tokenizer, audio_augment=AudioAugment(av_mismatch_prob=1.5))
 
 
+def test_av_mismatch_noisy_only_swaps_the_audio_of_noisy_items_under_the_same_noise(tmp_path, tokenizer):
+    """av_mismatch_noisy_only: an item that draws no noise keeps its own audio; one that draws noise gets
+    another speaker's audio under exactly the noise draws (segment, SNR) it would have had."""
+    utts = [make_utt(tmp_path, "s1_a", 10), make_utt(tmp_path, "s2_b", 10), make_utt(tmp_path, "s3_c", 10)]
+    write_wav(tmp_path / "n.wav", np.random.default_rng(1).standard_normal(32000).astype(np.float32))
+    aug = AudioAugment(av_mismatch_prob=1.0, av_mismatch_noisy_only=True)
+    quiet = NoiseConfig(NoiseSource(tmp_path / "n.wav"), prob=0.0, snr_db=[0.0])
+    ds = AVDataset(utts, tokenizer, train=True, noise=quiet, audio_augment=aug)
+    assert torch.equal(ds[(0, "audiovisual")]["audio"], AVDataset(utts, tokenizer)[0]["audio"])
+    loud = NoiseConfig(NoiseSource(tmp_path / "n.wav"), prob=1.0, snr_db=[5.0])
+    ds = AVDataset(utts, tokenizer, train=True, noise=loud, audio_augment=aug)
+    plain = AVDataset(utts, tokenizer, train=True, noise=loud)  # the same noise draws over the own audio
+    item, own = ds[(0, "audiovisual")], plain[(0, "audiovisual")]
+    assert not torch.equal(item["audio"], own["audio"])
+    mixes = []
+    for w in (read_wav(u.wav) for u in utts[1:]):
+        g = plain._generator(0, 0)  # the item's stream: the noise decision, the SNR, then the segment
+        torch.rand((), generator=g), torch.randint(0, 1, (1,), generator=g)
+        mixes.append(plain.noise.source.mix(w, 5.0, generator=g))
+    assert any(torch.equal(item["audio"], avhubert_audio_features(m, num_video_frames=10)) for m in mixes)
+    assert torch.equal(item["video"], own["video"])  # the crop draws come after: unchanged
+
+
 def test_epoch_in_the_keys_reaches_persistent_dataloader_workers(tmp_path, tokenizer):
     """With persistent workers, each holds a copy of the dataset; the epoch travels in the keys
     (EpochKeyedBatches), so the workers draw each epoch's augmentation as the main process would."""

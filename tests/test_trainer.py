@@ -198,11 +198,15 @@ def test_av_mismatch_prob_from_the_train_config_needs_loader_drawn_modality_drop
     (tmp_path / "t.yaml").write_text("av_mismatch_prob: 0.2\n")
     cfg, _ = load_train_config(tmp_path / "t.yaml")
     assert build_audio_augment(cfg).av_mismatch_prob == 0.2
+    assert not build_audio_augment(cfg).av_mismatch_noisy_only
     (tmp_path / "b.yaml").write_text("av_mismatch_prob: 1.2\n")
     with pytest.raises(ConfigError, match="av_mismatch_prob"):
         load_train_config(tmp_path / "b.yaml")
     trainer = make_trainer(tok, utts, tmp_path / "ok", max_epoch=1, av_mismatch_prob=0.2)
     assert isinstance(trainer.sampler, ModalityBatchSampler)
+    with pytest.raises(ConfigError, match="av_mismatch_noisy_only needs training noise"):
+        make_trainer(tok, utts, tmp_path / "quiet", max_epoch=1, av_mismatch_prob=0.2,
+                     av_mismatch_noisy_only=True)
     MODEL["encoder_conf"]["modality_dropout"] = 0.0
     try:  # no batch would be marked audio-visual: refused, not ignored
         with pytest.raises(ConfigError, match="av_mismatch_prob.*modality dropout"):

@@ -102,6 +102,10 @@ class AudioAugment:
             An avsr extension (incongruent audio-visual pairs, as the negatives of audio-visual
             synchronisation training, e.g. Chung & Zisserman, "Out of time: automated lip sync in the
             wild", ACCV 2016 workshops); it is not in AV-HuBERT.
+        av_mismatch_noisy_only: give another utterance's audio only to utterances that get noise (the
+            noise draws are the same, mixed over that audio): clean audio is then always the utterance's
+            own, so the model is never taught to doubt clean speech, only noisy speech that the lips
+            contradict -- a competing talker under babble.
 
     Raises (``check``):
         ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
@@ -113,6 +117,7 @@ class AudioAugment:
     freq_mask_width: int = 0
     speed_factors: tuple[float, ...] = ()
     av_mismatch_prob: float = 0.0
+    av_mismatch_noisy_only: bool = False
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -325,13 +330,18 @@ class AVDataset(torch.utils.data.Dataset):
         num_frames = int(video.shape[0]) if video is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
         audio_feats = video_feats = tokens = None
         if wav is not None and "audio" in keep:
-            own = wav
+            own = other = None
             if aug is not None and aug.av_mismatch_prob > 0 and batch_modality == "audiovisual":
-                other = self._mismatched_audio(index, epoch, wav.numel(), aug.av_mismatch_prob)
-                wav = own if other is None else other
-            clean = wav if wav is own else None  # another utterance's audio is never cached as this one's
+                own, other = wav, self._mismatched_audio(index, epoch, wav.numel(), aug.av_mismatch_prob)
+                if not aug.av_mismatch_noisy_only:
+                    wav = own if other is None else other
+            clean = wav if other is None or wav is not other else None  # another's audio is never cached
             if self.noise is not None:
+                state = g.get_state()
                 wav = self._add_noise(u.utt_id, wav, g, self.noise.prob_for(batch_modality))
+                if other is not None and aug.av_mismatch_noisy_only and wav is not own:
+                    g.set_state(state)  # the same noise draws, over the other utterance's audio
+                    wav = self._add_noise(u.utt_id, other, g, self.noise.prob_for(batch_modality))
             warp = 1.0
             if aug is not None and aug.freq_warp is not None:
                 lo, hi = aug.freq_warp

@@ -73,6 +73,8 @@ class TrainConfig:
             of another utterance of another speaker in place of its own (its transcript stays that of its
             lips), see :class:`avsr.data.dataset.AudioAugment`. Needs modality dropout drawn by the loader
             (``modality_dropout > 0`` and both streams), which is what marks a batch audio-visual.
+        av_mismatch_noisy_only: only utterances that get noise get another utterance's audio (under the
+            same noise), see :class:`avsr.data.dataset.AudioAugment`; needs a noise file.
         num_freq_mask: SpecAugment frequency masks per training utterance (0: none).
         freq_mask_width: widest frequency mask in filterbank channels (of 26).
         speed_perturb: speed factors drawn uniformly per training utterance and epoch, applied to audio and
@@ -123,6 +125,7 @@ class TrainConfig:
     noise_snr_db: list[float] = field(default_factory=lambda: [-5.0, 0.0, 5.0, 10.0])
     freq_warp: list[float] | None = None
     av_mismatch_prob: float = 0.0
+    av_mismatch_noisy_only: bool = False
     num_freq_mask: int = 0
     freq_mask_width: int = 0
     speed_perturb: list[float] | None = None
@@ -276,7 +279,8 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
         warp = (float(cfg.freq_warp[0]), float(cfg.freq_warp[1]))
     speed = tuple(float(f) for f in cfg.speed_perturb or ())
     aug = AudioAugment(warp, int(cfg.num_freq_mask), int(cfg.freq_mask_width), speed,
-                       av_mismatch_prob=float(cfg.av_mismatch_prob))
+                       av_mismatch_prob=float(cfg.av_mismatch_prob),
+                       av_mismatch_noisy_only=bool(cfg.av_mismatch_noisy_only))
     try:
         aug.check()
     except ValueError as e:
@@ -377,6 +381,8 @@ class Trainer:
             raise ConfigError("av_mismatch_prob > 0 needs modality dropout drawn by the loader (an encoder "
                               "with modality_dropout > 0 and a training set with audio and video): no batch "
                               "is marked audio-visual otherwise")
+        if cfg.av_mismatch_prob > 0 and cfg.av_mismatch_noisy_only and train_set.noise is None:
+            raise ConfigError("av_mismatch_noisy_only needs training noise (--train-noise, noise_prob > 0)")
         vlen = [valid_set.num_frames(i) for i in range(len(valid_set))]
         self.valid_sampler = BucketBatchSampler(vlen, cfg.batch_frames, cfg.max_batch_size, shuffle=False)
         self.loader = torch.utils.data.DataLoader(
