@@ -330,18 +330,16 @@ class AVDataset(torch.utils.data.Dataset):
         num_frames = int(video.shape[0]) if video is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
         audio_feats = video_feats = tokens = None
         if wav is not None and "audio" in keep:
-            own = other = None
+            clean = wav  # the item's own waveform: only its features are cached
+            under_noise = None  # av_mismatch_noisy_only: the audio that takes the item's place under noise
             if aug is not None and aug.av_mismatch_prob > 0 and batch_modality == "audiovisual":
-                own, other = wav, self._mismatched_audio(index, epoch, wav.numel(), aug.av_mismatch_prob)
-                if not aug.av_mismatch_noisy_only:
-                    wav = own if other is None else other
-            clean = wav if other is None or wav is not other else None  # another's audio is never cached
+                other = self._mismatched_audio(index, epoch, wav.numel(), aug.av_mismatch_prob)
+                if aug.av_mismatch_noisy_only:
+                    under_noise = other
+                elif other is not None:
+                    wav = other
             if self.noise is not None:
-                state = g.get_state()
-                wav = self._add_noise(u.utt_id, wav, g, self.noise.prob_for(batch_modality))
-                if other is not None and aug.av_mismatch_noisy_only and wav is not own:
-                    g.set_state(state)  # the same noise draws, over the other utterance's audio
-                    wav = self._add_noise(u.utt_id, other, g, self.noise.prob_for(batch_modality))
+                wav = self._add_noise(u.utt_id, wav, g, self.noise.prob_for(batch_modality), under_noise)
             warp = 1.0
             if aug is not None and aug.freq_warp is not None:
                 lo, hi = aug.freq_warp
@@ -402,15 +400,20 @@ class AVDataset(torch.utils.data.Dataset):
             )
         return lab
 
-    def _add_noise(self, utt_id: str, wav: torch.Tensor, g: torch.Generator, prob: float) -> torch.Tensor:
+    def _add_noise(self, utt_id: str, wav: torch.Tensor, g: torch.Generator, prob: float,
+                   under_noise: torch.Tensor | None = None) -> torch.Tensor:
+        """``wav`` with noise drawn with probability ``prob`` (or unchanged); when noise is drawn and
+        ``under_noise`` is given, that waveform (same length) takes the noise in place of ``wav``, with the
+        same draws (``AudioAugment.av_mismatch_noisy_only``)."""
         cfg = self.noise
+        speech = wav if under_noise is None else under_noise
         if cfg.fixed:
             snr = cfg.snr_db[stable_seed(utt_id) % len(cfg.snr_db)]
-            return cfg.source.mix(wav, snr, key=utt_id)
+            return cfg.source.mix(speech, snr, key=utt_id)
         if float(torch.rand((), generator=g)) >= prob:
             return wav
         snr = cfg.snr_db[int(torch.randint(0, len(cfg.snr_db), (1,), generator=g))]
-        return cfg.source.mix(wav, snr, generator=g)
+        return cfg.source.mix(speech, snr, generator=g)
 
 
 def collate(items: list[dict]) -> dict:
