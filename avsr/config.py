@@ -279,7 +279,8 @@ FIELD_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "mask_length_image")},
     **{name: (lambda v: v >= 0, "a number >= 0") for name in (
         "weight_decay", "warmup_steps", "grad_clip", "num_workers", "keep_nbest", "freeze_finetune_updates",
-        "valid_interval", "num_freq_mask", "freq_mask_width", "minlenratio", "feature_grad_mult")},
+        "valid_interval", "num_freq_mask", "freq_mask_width", "num_time_mask", "time_mask_width",
+        "minlenratio", "feature_grad_mult")},
     "noise_snr_db": (lambda v: len(v) > 0, NON_EMPTY),
 }
 

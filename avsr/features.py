@@ -228,6 +228,45 @@ def freq_mask(
     return (feats.view(t, d // num_filters, num_filters) * keep.to(feats.device)).view(t, d)
 
 
+def time_mask(
+    feats: torch.Tensor,
+    num_masks: int,
+    max_width: int,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """SpecAugment time masking on stacked filterbank frames (Park et al., 2019, Sec. 2).
+
+    Each of ``num_masks`` masks sets ``w ~ U{0..max_width}`` consecutive frames ``[t0, t0 + w)`` to 0 (all
+    channels; ``t0 ~ U{0..T-w}``, ``w`` cut to ``T``), masks may overlap. At 25 fps one frame is 40 ms, so
+    ``max_width=3`` hides up to 120 ms: a consonant's burst and transition, which the lips show. Applied after
+    AV-HuBERT's per-frame normalisation, 0 is the frame's mean, as :func:`freq_mask`.
+
+    Args:
+        feats: (T, D) float, e.g. (T, 104) from :func:`avhubert_audio_features` (25 frames per second).
+        num_masks: number of masks (0 returns ``feats`` unchanged).
+        max_width: widest mask in frames (0 returns ``feats`` unchanged).
+        generator: random source.
+
+    Returns:
+        a masked copy, same shape and dtype (``feats`` itself when nothing is masked).
+
+    Raises:
+        ValueError: ``feats`` is not 2-D, or ``num_masks`` or ``max_width`` is negative.
+    """
+    if feats.dim() != 2:
+        raise ValueError(f"time_mask expects (T, D) features, got shape {tuple(feats.shape)}")
+    if num_masks < 0 or max_width < 0:
+        raise ValueError(f"time mask count and width must be >= 0, got {num_masks}, {max_width}")
+    t = feats.shape[0]
+    if num_masks == 0 or max_width == 0 or t == 0:
+        return feats
+    widths = torch.randint(0, max_width + 1, (num_masks,), generator=generator).clamp(max=t)
+    starts = (torch.rand(num_masks, generator=generator) * (t - widths + 1)).long()
+    frames = torch.arange(t)
+    masked = ((frames[None, :] >= starts[:, None]) & (frames[None, :] < (starts + widths)[:, None])).any(0)
+    return feats.masked_fill(masked[:, None].to(feats.device), 0.0)
+
+
 def stack_frames(feats: torch.Tensor, stack_order: int = 4) -> torch.Tensor:
     """Stack ``stack_order`` consecutive frames into one, zero-padding the end (AV-HuBERT's ``stacker``).
 

@@ -330,6 +330,42 @@ def test_av_mismatch_noisy_only_swaps_the_audio_of_noisy_items_under_the_same_no
     assert torch.equal(item["video"], own["video"])  # the crop draws come after: unchanged
 
 
+def test_time_masks_hide_audio_frames_of_audio_visual_items_only_and_reproducibly(tmp_path, tokenizer):
+    """num_time_mask / time_mask_width: whole feature frames of the item's own audio are zeroed; with
+    time_mask_av_only only items of audio-visual batches get masks; the draws are a function of (seed, epoch,
+    index) and leave every other draw (video crop) unchanged; the cache holds unmasked features."""
+    utts = [make_utt(tmp_path, "s1_a", 30), make_utt(tmp_path, "s2_b", 25)]
+    plain = AVDataset(utts * 10, tokenizer, train=True)
+    aug = AudioAugment(num_time_mask=3, time_mask_width=4, time_mask_av_only=True)
+    ds = AVDataset(utts * 10, tokenizer, train=True, audio_augment=aug)
+    masked = []
+    for i in range(20):
+        own, item = plain[(i, "audiovisual")], ds[(i, "audiovisual")]
+        zero = (item["audio"] == 0).all(dim=1)
+        assert torch.equal(item["audio"][~zero], own["audio"][~zero]) and int(zero.sum()) <= 12
+        assert torch.equal(item["video"], own["video"])  # the crop draws do not move
+        masked.append(int(zero.sum()))
+        assert torch.equal(ds[(i, "audio")]["audio"], own["audio"])  # audio-only batch: never masked
+        assert torch.equal(ds[i]["audio"], own["audio"])  # no batch modality: never masked
+    assert sum(m > 0 for m in masked) >= 15
+    for i, feats in ds._feat_cache.items():
+        assert torch.equal(feats, plain[i]["audio"])
+    again = AVDataset(utts * 10, tokenizer, train=True, audio_augment=aug)
+    assert all(torch.equal(again[(i, "audiovisual")]["audio"], ds[(i, "audiovisual")]["audio"])
+               for i in range(20))
+    again.set_epoch(1)
+    assert any(not torch.equal(again[(i, "audiovisual")]["audio"], ds[(i, "audiovisual")]["audio"])
+               for i in range(20))
+    everywhere = AVDataset(utts, tokenizer, train=True,
+                           audio_augment=AudioAugment(num_time_mask=3, time_mask_width=4))
+    assert torch.equal(everywhere[(0, "audio")]["audio"], everywhere[(0, "audiovisual")]["audio"])
+    assert (everywhere[(0, "audio")]["audio"] == 0).all(dim=1).any()
+    evaluation = AVDataset(utts, tokenizer, audio_augment=aug)
+    assert torch.equal(evaluation[(0, "audiovisual")]["audio"], plain[0]["audio"])
+    with pytest.raises(ValueError, match="num_time_mask"):
+        AVDataset(utts, tokenizer, audio_augment=AudioAugment(num_time_mask=-1))
+
+
 def test_epoch_in_the_keys_reaches_persistent_dataloader_workers(tmp_path, tokenizer):
     """With persistent workers, each holds a copy of the dataset; the epoch travels in the keys
     (EpochKeyedBatches), so the workers draw each epoch's augmentation as the main process would."""

@@ -17,6 +17,7 @@ from avsr.features import (
     normalize_video,
     speed_perturb,
     stack_frames,
+    time_mask,
     warp_spectrum,
 )
 
@@ -132,6 +133,29 @@ def test_freq_mask_zeroes_the_same_channels_in_every_stacked_frame():
         freq_mask(feats, 1, 26)
     with pytest.raises(ValueError, match="multiple"):
         freq_mask(torch.randn(3, 100), 1, 2)
+
+
+def test_time_mask_zeroes_whole_frames_in_at_most_num_spans_of_at_most_width():
+    feats = torch.randn(50, 104) + 5  # no frame is 0 by chance
+    out = time_mask(feats, 3, 4, generator=torch.Generator().manual_seed(5))
+    zero = (out == 0).all(dim=1)
+    assert torch.equal(out[~zero], feats[~zero]) and not (out[zero] != 0).any()
+    assert 0 < int(zero.sum()) <= 12
+    edges = torch.diff(torch.cat([torch.tensor([0]), zero.int(), torch.tensor([0])]))
+    assert int((edges == 1).sum()) <= 3  # at most three spans, each at most 4 frames
+    assert all(int(e) - int(b) <= 4 for b, e in zip(torch.nonzero(edges == 1), torch.nonzero(edges == -1)))
+    again = time_mask(feats, 3, 4, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(out, again)
+    many = [int((time_mask(feats, 3, 4, generator=torch.Generator().manual_seed(s)) == 0).all(1).sum())
+            for s in range(200)]
+    assert max(many) <= 12 and 3.0 < sum(many) / len(many) < 6.0  # 3 masks of E[w] = 2 frames, overlaps
+    short = time_mask(feats[:2], 2, 10, generator=torch.Generator().manual_seed(0))  # wider than T: cut
+    assert short.shape == (2, 104)
+    assert time_mask(feats, 0, 4) is feats and time_mask(feats, 2, 0) is feats
+    with pytest.raises(ValueError, match=">= 0"):
+        time_mask(feats, -1, 2)
+    with pytest.raises(ValueError, match="shape"):
+        time_mask(torch.randn(2, 3, 4), 1, 2)
 
 
 def test_stacking_pads_with_zeros_and_keeps_frame_order():

@@ -215,6 +215,28 @@ def test_av_mismatch_prob_from_the_train_config_needs_loader_drawn_modality_drop
         MODEL["encoder_conf"]["modality_dropout"] = 0.5
 
 
+def test_time_masks_from_the_train_config_and_av_only_needs_loader_drawn_modality_dropout(setup, tmp_path):
+    tok, utts = setup
+    (tmp_path / "t.yaml").write_text("num_time_mask: 2\ntime_mask_width: 3\ntime_mask_av_only: true\n")
+    aug = build_audio_augment(load_train_config(tmp_path / "t.yaml")[0])
+    assert (aug.num_time_mask, aug.time_mask_width, aug.time_mask_av_only) == (2, 3, True)
+    assert build_audio_augment(TrainConfig(num_time_mask=2)) is None  # width 0: nothing changes
+    for bad, match in (("num_time_mask: -1", "num_time_mask"), ("time_mask_width: -2", "time_mask_width"),
+                       ("time_mask_av_only: 3", "time_mask_av_only")):
+        (tmp_path / "b.yaml").write_text(bad + "\n")
+        with pytest.raises(ConfigError, match=match):
+            load_train_config(tmp_path / "b.yaml")
+    masks = {"num_time_mask": 2, "time_mask_width": 3, "time_mask_av_only": True}
+    assert isinstance(make_trainer(tok, utts, tmp_path / "ok", 1, **masks).sampler, ModalityBatchSampler)
+    MODEL["encoder_conf"]["modality_dropout"] = 0.0
+    try:  # no batch would be marked audio-visual: refused, not ignored
+        with pytest.raises(ConfigError, match="time_mask_av_only.*modality dropout"):
+            make_trainer(tok, utts, tmp_path / "bad", 1, **masks)
+        make_trainer(tok, utts, tmp_path / "all", 1, num_time_mask=2, time_mask_width=3)  # every utterance
+    finally:
+        MODEL["encoder_conf"]["modality_dropout"] = 0.5
+
+
 def test_noise_probabilities_per_batch_modality_from_the_train_config(tmp_path):
     write_wav(tmp_path / "n.wav", np.random.default_rng(0).standard_normal(16000).astype(np.float32))
     (tmp_path / "a.yaml").write_text("noise_prob: 0.5\nnoise_prob_audio_only: 0.1\n")

@@ -33,6 +33,7 @@ from avsr.features import (
     normalize_video,
     speed_frame_index,
     speed_perturb,
+    time_mask,
 )
 from avsr.nn.modality import draw_modalities
 
@@ -106,6 +107,12 @@ class AudioAugment:
             noise draws are the same, mixed over that audio): clean audio is then always the utterance's
             own, so the model is never taught to doubt clean speech, only noisy speech that the lips
             contradict -- a competing talker under babble.
+        num_time_mask: SpecAugment time masks per utterance (:func:`avsr.features.time_mask`), drawn from
+            their own stream (seed, epoch, index), so the other augmentation draws do not move.
+        time_mask_width: widest time mask, in frames of 40 ms (25 fps).
+        time_mask_av_only: mask only the audio of utterances of audio-visual batches (batch modality
+            ``audiovisual``): the fused model must then take what the hidden frames said from the lips,
+            while the audio-only path keeps learning from whole utterances. False: every training utterance.
 
     Raises (``check``):
         ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
@@ -118,6 +125,9 @@ class AudioAugment:
     speed_factors: tuple[float, ...] = ()
     av_mismatch_prob: float = 0.0
     av_mismatch_noisy_only: bool = False
+    num_time_mask: int = 0
+    time_mask_width: int = 0
+    time_mask_av_only: bool = False
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -134,6 +144,9 @@ class AudioAugment:
         if self.num_freq_mask < 0 or self.freq_mask_width < 0:
             raise ValueError(f"num_freq_mask and freq_mask_width must be >= 0, got {self.num_freq_mask}, "
                              f"{self.freq_mask_width}")
+        if self.num_time_mask < 0 or self.time_mask_width < 0:
+            raise ValueError(f"num_time_mask and time_mask_width must be >= 0, got {self.num_time_mask}, "
+                             f"{self.time_mask_width}")
 
     @property
     def active(self) -> bool:
@@ -141,7 +154,8 @@ class AudioAugment:
         warp = self.freq_warp is not None and tuple(self.freq_warp) != (1.0, 1.0)
         speed = any(f != 1.0 for f in self.speed_factors)
         masks = self.num_freq_mask > 0 and self.freq_mask_width > 0
-        return warp or speed or masks or self.av_mismatch_prob > 0
+        time_masks = self.num_time_mask > 0 and self.time_mask_width > 0
+        return warp or speed or masks or time_masks or self.av_mismatch_prob > 0
 
 
 @dataclass
@@ -352,6 +366,9 @@ class AVDataset(torch.utils.data.Dataset):
                     self._feat_cache[index] = audio_feats
             if aug is not None:
                 audio_feats = freq_mask(audio_feats, aug.num_freq_mask, aug.freq_mask_width, generator=ga)
+                if aug.num_time_mask and (not aug.time_mask_av_only or batch_modality == "audiovisual"):
+                    gt = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "time_mask"))
+                    audio_feats = time_mask(audio_feats, aug.num_time_mask, aug.time_mask_width, generator=gt)
         if video is not None and "video" in keep:
             video_feats = normalize_video(crop_video(video, train=self.train, generator=g))
         if self.tokenizer is not None:

@@ -77,6 +77,11 @@ class TrainConfig:
             same noise), see :class:`avsr.data.dataset.AudioAugment`; needs a noise file.
         num_freq_mask: SpecAugment frequency masks per training utterance (0: none).
         freq_mask_width: widest frequency mask in filterbank channels (of 26).
+        num_time_mask: SpecAugment time masks per training utterance (0: none), see
+            :class:`avsr.data.dataset.AudioAugment`.
+        time_mask_width: widest time mask in frames of 40 ms (25 fps).
+        time_mask_av_only: time-mask only the utterances of audio-visual batches (the lips must fill the
+            gap); needs modality dropout drawn by the loader, as ``av_mismatch_prob``.
         speed_perturb: speed factors drawn uniformly per training utterance and epoch, applied to audio and
             video together (ESPnet's ``speed_perturb_factors``, e.g. ``[0.9, 1.0, 1.1]``; null: none).
         seed: seed of initialisation, data order and augmentation.
@@ -128,6 +133,9 @@ class TrainConfig:
     av_mismatch_noisy_only: bool = False
     num_freq_mask: int = 0
     freq_mask_width: int = 0
+    num_time_mask: int = 0
+    time_mask_width: int = 0
+    time_mask_av_only: bool = False
     speed_perturb: list[float] | None = None
     seed: int = 0
     num_workers: int = 0
@@ -269,8 +277,8 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
     """The training-time audio feature augmentation of ``cfg`` (None when it has none).
 
     Raises:
-        ConfigError: a malformed ``freq_warp``, a negative ``num_freq_mask``/``freq_mask_width`` or a
-            non-positive ``speed_perturb`` factor.
+        ConfigError: a malformed ``freq_warp``, a negative ``num_freq_mask``/``freq_mask_width``/
+            ``num_time_mask``/``time_mask_width`` or a non-positive ``speed_perturb`` factor.
     """
     warp = None
     if cfg.freq_warp is not None:
@@ -280,7 +288,9 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
     speed = tuple(float(f) for f in cfg.speed_perturb or ())
     aug = AudioAugment(warp, int(cfg.num_freq_mask), int(cfg.freq_mask_width), speed,
                        av_mismatch_prob=float(cfg.av_mismatch_prob),
-                       av_mismatch_noisy_only=bool(cfg.av_mismatch_noisy_only))
+                       av_mismatch_noisy_only=bool(cfg.av_mismatch_noisy_only),
+                       num_time_mask=int(cfg.num_time_mask), time_mask_width=int(cfg.time_mask_width),
+                       time_mask_av_only=bool(cfg.time_mask_av_only))
     try:
         aug.check()
     except ValueError as e:
@@ -381,6 +391,11 @@ class Trainer:
             raise ConfigError("av_mismatch_prob > 0 needs modality dropout drawn by the loader (an encoder "
                               "with modality_dropout > 0 and a training set with audio and video): no batch "
                               "is marked audio-visual otherwise")
+        if (cfg.time_mask_av_only and cfg.num_time_mask > 0 and cfg.time_mask_width > 0
+                and not isinstance(self.sampler, ModalityBatchSampler)):
+            raise ConfigError("time_mask_av_only needs modality dropout drawn by the loader (an encoder with "
+                              "modality_dropout > 0 and a training set with audio and video): no batch is "
+                              "marked audio-visual otherwise")
         if cfg.av_mismatch_prob > 0 and cfg.av_mismatch_noisy_only and train_set.noise is None:
             raise ConfigError("av_mismatch_noisy_only needs training noise (--train-noise, noise_prob > 0)")
         vlen = [valid_set.num_frames(i) for i in range(len(valid_set))]
