@@ -366,6 +366,37 @@ def test_time_masks_hide_audio_frames_of_audio_visual_items_only_and_reproducibl
         AVDataset(utts, tokenizer, audio_augment=AudioAugment(num_time_mask=-1))
 
 
+def test_keep_clean_audio_gives_noisy_audio_visual_items_their_clean_features(tmp_path, tokenizer):
+    """keep_clean_audio: an item of an audio-visual training batch whose audio got noise (or another
+    speaker's audio) also carries the features of its own audio without it, under the same masks; clean
+    items, other batch modalities and evaluation carry None; collate pads audio_clean (the audio where
+    None)."""
+    utts = [make_utt(tmp_path, "s1_a", 30), make_utt(tmp_path, "s2_b", 20)]
+    write_wav(tmp_path / "n.wav", np.random.default_rng(1).standard_normal(32000).astype(np.float32))
+    loud = NoiseConfig(NoiseSource(tmp_path / "n.wav"), prob=1.0, snr_db=[0.0])
+    aug = AudioAugment(num_time_mask=2, time_mask_width=4, av_mismatch_prob=0.5)
+    ds = AVDataset(utts, tokenizer, train=True, noise=loud, audio_augment=aug, keep_clean_audio=True)
+    masks = AudioAugment(num_time_mask=2, time_mask_width=4)
+    own = AVDataset(utts, tokenizer, train=True, audio_augment=masks)
+    items = [ds[(i, "audiovisual")] for i in range(2)]
+    for i, item in enumerate(items):
+        assert torch.equal(item["audio_clean"], own[(i, "audiovisual")]["audio"])  # own audio, same masks
+        assert not torch.equal(item["audio"], item["audio_clean"])
+        assert torch.equal((item["audio"] == 0).all(1), (item["audio_clean"] == 0).all(1))
+        assert ds[(i, "audio")]["audio_clean"] is None and ds[i]["audio_clean"] is None
+    quiet = NoiseConfig(NoiseSource(tmp_path / "n.wav"), prob=0.0, snr_db=[0.0])
+    assert AVDataset(utts, tokenizer, train=True, noise=quiet, keep_clean_audio=True)[(0, "audiovisual")][
+        "audio_clean"] is None
+    evaluation = AVDataset(utts, tokenizer, noise=loud, keep_clean_audio=True)
+    assert evaluation[(0, "audiovisual")]["audio_clean"] is None
+    clean_item = AVDataset(utts, tokenizer, train=True)[(1, "audiovisual")]
+    batch = collate([items[0], clean_item])
+    assert batch["audio_clean"].shape == batch["audio"].shape == (2, 104, 30)
+    assert torch.equal(batch["audio_clean"][0].T, items[0]["audio_clean"])
+    assert torch.equal(batch["audio_clean"][1], batch["audio"][1])  # no clean copy: its audio
+    assert collate([clean_item])["audio_clean"] is None
+
+
 def test_epoch_in_the_keys_reaches_persistent_dataloader_workers(tmp_path, tokenizer):
     """With persistent workers, each holds a copy of the dataset; the epoch travels in the keys
     (EpochKeyedBatches), so the workers draw each epoch's augmentation as the main process would."""

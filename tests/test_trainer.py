@@ -8,8 +8,9 @@ import torch
 
 from avsr.compat import CheckpointError
 from avsr.config import ConfigError
-from avsr.data.dataset import AVDataset, ModalityBatchSampler, collate
+from avsr.data.dataset import AVDataset, ModalityBatchSampler, NoiseConfig, collate
 from avsr.data.media import write_wav
+from avsr.data.noise import NoiseSource
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.models.asr import AVSRModel
 from avsr.train.checkpoint import average_state_dicts, epoch_checkpoints, load_checkpoint, save_atomic
@@ -306,6 +307,58 @@ def test_av_batch_views_sum_the_losses_of_each_view_from_one_video_front_end_run
     with torch.no_grad():
         torch.testing.assert_close(both(batch["audio"], batch["video"], *args)[0],
                                    one(batch["audio"], batch["video"], *args)[0])
+
+
+def test_audiovisual_clean_view_scores_the_fused_input_with_the_clean_audio(setup, tmp_path):
+    """av_batch_views with audiovisual_clean: that view is the audio-visual loss of the batch's
+    audio_clean (the batch's audio where there is none); the trainer passes audio_clean and has the
+    training set keep it, and refuses the view without loader-drawn modality dropout."""
+    tok, utts = setup
+    no_dropout = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    enc = {**MODEL["encoder_conf"], **no_dropout, "dropout_features": 0.0, "dropout_input": 0.0,
+           "modality_dropout": 0.0, "encoder_layerdrop": 0.0}
+    config = {"vocab_size": tok.vocab_size, **MODEL, "encoder_conf": enc,
+              "decoder_conf": {**MODEL["decoder_conf"], **no_dropout}}
+    torch.manual_seed(0)
+    one = AVSRModel.from_config(config).train()
+    assert not hasattr(one, "batch_keys")  # the trainer's default arguments
+    views = {**MODEL["model_conf"], "av_batch_views": ["audiovisual", "audiovisual_clean"]}
+    two = AVSRModel.from_config({**config, "model_conf": views}).train()
+    two.load_state_dict(one.state_dict())
+    assert two.batch_keys[-1] == "audio_clean"
+    ds = AVDataset(utts, tok)
+    batch = collate([ds[(i, "audiovisual")] for i in range(3)])
+    args = (batch["lengths"], batch["ys_pad"], batch["ys_lens"])
+    noisy = batch["audio"] + torch.randn_like(batch["audio"])
+    loss = two(noisy, batch["video"], *args, batch["audio"])[0]
+    expected = one(noisy, batch["video"], *args)[0] + one(batch["audio"], batch["video"], *args)[0]
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(two(noisy, batch["video"], *args)[0],  # no clean audio: the batch's audio
+                               2 * one(noisy, batch["video"], *args)[0], rtol=1e-5, atol=1e-5)
+    assert not make_trainer(tok, utts, tmp_path / "ok", 1).loader.dataset.keep_clean_audio
+    MODEL["model_conf"]["av_batch_views"] = ["audiovisual", "video", "audiovisual_clean"]
+    MODEL["encoder_conf"]["modality_dropout"] = 0.1  # mostly audio-visual batches
+    try:
+        torch.manual_seed(0)
+        config = {"vocab_size": tok.vocab_size, **MODEL}
+        write_wav(tmp_path / "n.wav", np.random.default_rng(0).standard_normal(16000).astype(np.float32))
+        noise = NoiseConfig(NoiseSource(tmp_path / "n.wav"), prob=1.0, snr_db=[0.0])
+        cfg = TrainConfig(max_epoch=1, batch_frames=40, warmup_steps=2, log_interval=1)
+        train_set = AVDataset(utts, tok, train=True, noise=noise)
+        trainer = Trainer(AVSRModel.from_config(config), config, train_set, AVDataset(utts[:2], tok), cfg,
+                          tmp_path / "clean")
+        assert trainer.loader.dataset.keep_clean_audio and trainer.model.batch_keys[-1] == "audio_clean"
+        seen = []
+        forward = trainer.model.forward
+        trainer.model.forward = lambda *a: seen.append(a[-1] is not None and a[1] is not None) or forward(*a)
+        trainer.run()  # audio-visual batches carry audio_clean (None in the others) through the trainer
+        assert (tmp_path / "clean" / "epoch1.pt").exists() and any(seen)
+        MODEL["encoder_conf"]["modality_dropout"] = 0.0
+        with pytest.raises(ConfigError, match="audiovisual_clean.*modality dropout"):
+            make_trainer(tok, utts, tmp_path / "bad", 1)
+    finally:
+        MODEL["encoder_conf"]["modality_dropout"] = 0.5
+        del MODEL["model_conf"]["av_batch_views"]
 
 
 @pytest.mark.parametrize("views", [[], ["video", "video"], ["fused"]])

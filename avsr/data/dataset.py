@@ -195,10 +195,15 @@ class AVDataset(torch.utils.data.Dataset):
         label_sets: frame labels (pretraining targets), one :class:`LabelSet` per target set.
         audio_augment: speed perturbation (audio, video and labels together) and frequency warping /
             masking of the audio features (used only with ``train``).
+        keep_clean_audio: items of audio-visual batches (batch modality ``audiovisual``, training only)
+            whose audio got noise or another utterance's audio also carry ``audio_clean``: the features of
+            their own audio without it (same speed factor, warp and masks), for the ``audiovisual_clean``
+            training view of :class:`avsr.models.asr.AVSRModel`.
 
     Items are dicts: ``utt_id`` (str), ``audio`` (T, 104) float32 or None, ``video`` (T, 88, 88) float32
     (normalised) or None, ``tokens`` (L,) int64 or None, ``text`` (str or None), ``labels`` (a list of
-    ``(L_k,)`` int64, one per label set, or None); T is the number of 25 fps video frames (audio-only:
+    ``(L_k,)`` int64, one per label set, or None), ``audio_clean`` ((T, 104) float32, or None when it is
+    the same as ``audio``, see ``keep_clean_audio``); T is the number of 25 fps video frames (audio-only:
     ceil(samples / 640)).
 
     Raises (from ``__getitem__``):
@@ -220,6 +225,7 @@ class AVDataset(torch.utils.data.Dataset):
         label_sets: Sequence[LabelSet] = (),
         audio_augment: AudioAugment | None = None,
         cache_limit_mb: float | None = None,
+        keep_clean_audio: bool = False,
     ):
         bad = [m for m in modalities if m not in MODALITIES]
         if bad or not modalities:
@@ -240,6 +246,7 @@ class AVDataset(torch.utils.data.Dataset):
         self._cache: dict[int, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
         self._feat_cache: dict[int, torch.Tensor] = {}  # audio features of the clean, unwarped waveform
         self.cache_limit_mb = cache_limit_mb
+        self.keep_clean_audio = keep_clean_audio
         self._cache_bytes = 0
         self._cache_full = False
 
@@ -342,7 +349,7 @@ class AVDataset(torch.utils.data.Dataset):
                 factor = aug.speed_factors[int(torch.randint(0, len(aug.speed_factors), (1,), generator=ga))]
                 wav, video = speed_perturb(wav, factor, video)
         num_frames = int(video.shape[0]) if video is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
-        audio_feats = video_feats = tokens = None
+        audio_feats = video_feats = tokens = clean_feats = None
         if wav is not None and "audio" in keep:
             clean = wav  # the item's own waveform: only its features are cached
             under_noise = None  # av_mismatch_noisy_only: the audio that takes the item's place under noise
@@ -358,17 +365,16 @@ class AVDataset(torch.utils.data.Dataset):
             if aug is not None and aug.freq_warp is not None:
                 lo, hi = aug.freq_warp
                 warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
-            same_every_epoch = wav is clean and warp == 1.0 and factor == 1.0
-            audio_feats = self._feat_cache.get(index) if same_every_epoch else None
-            if audio_feats is None:
-                audio_feats = avhubert_audio_features(wav, num_video_frames=num_frames, warp=warp)
-                if same_every_epoch and self._cache_room(audio_feats.numel() * audio_feats.element_size()):
-                    self._feat_cache[index] = audio_feats
+            audio_feats = self._audio_features(index, wav, num_frames, warp, wav is clean and factor == 1.0)
+            if (self.keep_clean_audio and self.train and batch_modality == "audiovisual"
+                    and wav is not clean):
+                clean_feats = self._audio_features(index, clean, num_frames, warp, factor == 1.0)
             if aug is not None:
-                audio_feats = freq_mask(audio_feats, aug.num_freq_mask, aug.freq_mask_width, generator=ga)
-                if aug.num_time_mask and (not aug.time_mask_av_only or batch_modality == "audiovisual"):
-                    gt = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "time_mask"))
-                    audio_feats = time_mask(audio_feats, aug.num_time_mask, aug.time_mask_width, generator=gt)
+                state = ga.get_state()
+                audio_feats = self._masks(audio_feats, aug, ga, index, epoch, batch_modality)
+                if clean_feats is not None:  # the same masks: the views differ in the noise alone
+                    clean_feats = self._masks(clean_feats, aug, ga.set_state(state), index, epoch,
+                                              batch_modality)
         if video is not None and "video" in keep:
             video_feats = normalize_video(crop_video(video, train=self.train, generator=g))
         if self.tokenizer is not None:
@@ -382,7 +388,29 @@ class AVDataset(torch.utils.data.Dataset):
             "tokens": tokens,
             "text": u.text,
             "labels": [self._labels(ls, u.utt_id, num_frames, factor) for ls in self.label_sets] or None,
+            "audio_clean": clean_feats,
         }
+
+    def _audio_features(self, index: int, wav: torch.Tensor, num_frames: int, warp: float,
+                        own_unperturbed: bool) -> torch.Tensor:
+        """The (T, 104) features of ``wav``; those of the item's own unperturbed, unwarped waveform
+        (``own_unperturbed`` and ``warp == 1``) are the same in every epoch and kept in the cache."""
+        cacheable = own_unperturbed and warp == 1.0
+        feats = self._feat_cache.get(index) if cacheable else None
+        if feats is None:
+            feats = avhubert_audio_features(wav, num_video_frames=num_frames, warp=warp)
+            if cacheable and self._cache_room(feats.numel() * feats.element_size()):
+                self._feat_cache[index] = feats
+        return feats
+
+    def _masks(self, feats: torch.Tensor, aug: AudioAugment, ga: torch.Generator, index: int, epoch: int,
+               batch_modality: str | None) -> torch.Tensor:
+        """The frequency masks (drawn from ``ga``) and time masks (their own stream) of ``aug``."""
+        feats = freq_mask(feats, aug.num_freq_mask, aug.freq_mask_width, generator=ga)
+        if aug.num_time_mask and (not aug.time_mask_av_only or batch_modality == "audiovisual"):
+            gt = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "time_mask"))
+            feats = time_mask(feats, aug.num_time_mask, aug.time_mask_width, generator=gt)
+        return feats
 
     def _mismatched_audio(self, index: int, epoch: int, num_samples: int, prob: float) -> torch.Tensor | None:
         """``AudioAugment.av_mismatch_prob``: with probability ``prob``, the waveform of another utterance of
@@ -440,7 +468,9 @@ def collate(items: list[dict]) -> dict:
         dict with ``utt_ids`` (list[str]), ``audio`` (B, 104, T) float32 or None, ``video``
         (B, 1, T, 88, 88) float32 or None (zero-padded in time), ``lengths`` (B,) int64 frames,
         ``ys_pad`` (B, L) int64 padded with -1 or None, ``ys_lens`` (B,) int64 or None, ``texts``,
-        ``labels``: a list with one ``(B, L_k)`` int64 tensor padded with -1 per label set, or None.
+        ``labels``: a list with one ``(B, L_k)`` int64 tensor padded with -1 per label set, or None,
+        ``audio_clean``: (B, 104, T) float32 (each item's ``audio_clean``, or its ``audio`` where that is
+        None) when an item has one, else None.
     """
     lengths = torch.tensor(
         [(it["video"] if it["video"] is not None else it["audio"]).shape[0] for it in items], dtype=torch.long
@@ -474,6 +504,13 @@ def collate(items: list[dict]) -> dict:
         batch["ys_pad"], batch["ys_lens"] = ys_pad, ys_lens
     else:
         batch["ys_pad"] = batch["ys_lens"] = None
+    batch["audio_clean"] = None
+    if any(it.get("audio_clean") is not None for it in items):
+        audio_clean = batch["audio"].clone()
+        for i, it in enumerate(items):
+            if it["audio_clean"] is not None:
+                audio_clean[i, :, : it["audio_clean"].shape[0]] = it["audio_clean"].T
+        batch["audio_clean"] = audio_clean
     batch["labels"] = None
     if items[0].get("labels") is not None:
         batch["labels"] = [

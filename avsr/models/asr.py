@@ -53,8 +53,10 @@ __all__ = ["AVSRModel", "AVSRModelConfig", "label_smoothing_loss"]
 
 CONFIG_KEYS = ("vocab_size", "encoder_conf", "decoder_conf", "model_conf", "token_list")
 
-#: the streams each training view of an audio-visual batch keeps (``AVSRModelConfig.av_batch_views``).
-VIEWS = {"audiovisual": ("audio", "video"), "video": ("video",), "audio": ("audio",)}
+#: the streams each training view of an audio-visual batch keeps (``AVSRModelConfig.av_batch_views``);
+#: ``audiovisual_clean`` takes the batch's ``audio_clean`` (the audio without the loader's noise) as audio.
+VIEWS = {"audiovisual": ("audio", "video"), "video": ("video",), "audio": ("audio",),
+         "audiovisual_clean": ("audio", "video")}
 
 #: special token ids (blank, sos, eos, pad, unk) of each token convention, as functions of the vocab size.
 TOKEN_CONVENTIONS = {
@@ -76,7 +78,10 @@ class AVSRModelConfig:
             ``Dictionary`` ids of converted AV-HuBERT models; see the module docstring).
         av_batch_views: in training, the views under which a batch that carries both streams is scored,
             from ``audiovisual``, ``video`` (audio features zeroed after the front-end, as modality dropout
-            does) and ``audio``; the loss is the sum of the views' losses. The video front-end runs once
+            does), ``audio`` and ``audiovisual_clean`` (both streams, the audio as it was before the loader
+            added noise or another utterance's audio: ``audio_clean`` of the batch, see
+            :class:`avsr.data.dataset.AVDataset` ``keep_clean_audio``; the batch's audio where it has none);
+            the loss is the sum of the views' losses. The video front-end runs once
             for all views, so on a CPU, where it costs 4-5x the rest of a step, ``[audiovisual, video]``
             trains the fused and the lip-reading path on every audio-visual batch for about 1.2x the cost of
             one view. Default ``[audiovisual]``: one view, as AV-HuBERT. Batches that carry one stream (the
@@ -201,6 +206,8 @@ class AVSRModel(nn.Module):
             raise ConfigError(f"model_conf: av_batch_views {list(self.conf.av_batch_views)} needs an encoder "
                               f"with encode_video (AVHubertEncoder); {type(encoder).__name__} has none")
         self.encoder = encoder
+        if "audiovisual_clean" in self.conf.av_batch_views:  # the trainer passes the batch's clean audio too
+            self.batch_keys = ("audio", "video", "lengths", "ys_pad", "ys_lens", "audio_clean")
         d = encoder.output_size()
         self.ctc_lo = nn.Linear(d, vocab_size) if self.ctc_weight > 0 else None
         offset = self.pad + 1 if self.pad is not None else 0  # fairseq positions start after <pad>
@@ -423,7 +430,8 @@ class AVSRModel(nn.Module):
         return ys, ys_in, ys_out
 
     def forward(
-        self, audio: Tensor | None, video: Tensor | None, lengths: Tensor, ys_pad: Tensor, ys_lens: Tensor
+        self, audio: Tensor | None, video: Tensor | None, lengths: Tensor, ys_pad: Tensor, ys_lens: Tensor,
+        audio_clean: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Hybrid CTC/attention loss of a batch.
 
@@ -433,6 +441,8 @@ class AVSRModel(nn.Module):
             lengths: ``(B,)`` int64 valid frames (25 Hz).
             ys_pad: ``(B, L)`` int64 token ids padded with -1 (ids in ``1..V-2``).
             ys_lens: ``(B,)`` int64 target lengths.
+            audio_clean: ``(B, 104, T)`` float: the audio of the ``audiovisual_clean`` training view (the
+                batch's audio without the loader's noise), or None (that view then takes ``audio``).
 
         Returns:
             ``loss`` (scalar float32, differentiable) and ``stats``: detached scalar float32 tensors on the
@@ -457,9 +467,10 @@ class AVSRModel(nn.Module):
             return self._loss(self.encode(audio, video, lengths), ys, ys_lens, ys_in, ys_out)
         video_features = self.encoder.encode_video(video, lengths) if set(views) != {"audio"} else None
         loss, stats = None, {}
-        for view in views:  # 1-3 views; each a whole batch through the transformer and the decoder
+        for view in views:  # 1-4 views; each a whole batch through the transformer and the decoder
             keep = VIEWS[view]
-            enc = self.encode(audio if "audio" in keep else None, None, lengths,
+            view_audio = audio_clean if view == "audiovisual_clean" and audio_clean is not None else audio
+            enc = self.encode(view_audio if "audio" in keep else None, None, lengths,
                               video_features=video_features if "video" in keep else None)
             view_loss, view_stats = self._loss(enc, ys, ys_lens, ys_in, ys_out)
             loss = view_loss if loss is None else loss + view_loss

@@ -340,7 +340,9 @@ class Trainer:
     length-bucketed batches are wrapped in :class:`avsr.data.dataset.ModalityBatchSampler`, which makes
     AV-HuBERT's per-batch modality draw in the loader (same draw on every rank, reproducible on resumption),
     made by the encoder (:meth:`avsr.encoder.AVHubertEncoder.hand_over_modality_dropout`: it owns the rule
-    and the probabilities), whose own draw is then switched off.
+    and the probabilities), whose own draw is then switched off. With ``audiovisual_clean`` among the model's
+    ``av_batch_views`` the training set is told to keep the clean audio of audio-visual batches
+    (``AVDataset.keep_clean_audio``).
     """
 
     def __init__(
@@ -396,6 +398,13 @@ class Trainer:
             raise ConfigError("time_mask_av_only needs modality dropout drawn by the loader (an encoder with "
                               "modality_dropout > 0 and a training set with audio and video): no batch is "
                               "marked audio-visual otherwise")
+        views = getattr(getattr(model, "conf", None), "av_batch_views", ())
+        if "audiovisual_clean" in views:  # the loader keeps the clean audio of audio-visual batches
+            if not isinstance(self.sampler, ModalityBatchSampler):
+                raise ConfigError("model_conf.av_batch_views audiovisual_clean needs modality dropout drawn "
+                                  "by the loader (an encoder with modality_dropout > 0 and a training set "
+                                  "with audio and video): no batch is marked audio-visual otherwise")
+            train_set.keep_clean_audio = True
         if cfg.av_mismatch_prob > 0 and cfg.av_mismatch_noisy_only and train_set.noise is None:
             raise ConfigError("av_mismatch_noisy_only needs training noise (--train-noise, noise_prob > 0)")
         vlen = [valid_set.num_frames(i) for i in range(len(valid_set))]
