@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -318,6 +319,68 @@ def test_english_training_corpus_is_the_first_corpora_s():
     assert config.voices_used() == sorted(set(LEGACY_VOICES) | set(UNSEEN_VOICES))
     with pytest.raises(ValueError, match="train_corpus"):
         dataclasses.replace(TINY, train_corpus="german").check()
+
+
+def test_accented_training_utterances_are_added_to_the_english_corpus():
+    """num_train_accented: more training utterances, in the accented voices, by speakers of their own, clean
+    and unperturbed, in the train directory; every other utterance and speaker stays as it was."""
+    from avsr.data.synthgrid.generate import plan_utterances
+
+    base = dataclasses.replace(TINY, train_corpus="english")
+    mixed = dataclasses.replace(base, num_train_accented=5, train_accented_speakers=2)
+    mixed.check()
+    assert set(mixed.accented_voices) == {v for v in mixed.train_voices if not VOICES[v].english}
+    assert set(mixed.voices_used()) == set(base.voices_used()) | set(mixed.accented_voices)
+    speakers = mixed.speakers()
+    accented = [s for s in speakers if s.split == "train_accented"]
+    assert [s.id for s in accented] == ["ta000", "ta001"]
+    assert all(s.voice in mixed.accented_voices and not s.channel.eq for s in accented)
+    assert [s for s in speakers if s.split != "train_accented"] == base.speakers()
+    before = plan_utterances(base, base.speakers())
+    after = plan_utterances(mixed, speakers)
+    assert after[: len(before)] == before
+    added = after[len(before):]
+    assert len(added) == 5 and {s.speaker.id for s in added} == {"ta000", "ta001"}
+    assert all(s.split == "train" and s.augment is None and s.speed == 1.0 for s in added)
+    assert all(s.path(Path("c"), ".wav").parts[:3] == ("c", "train", s.speaker.id) for s in added)
+    assert {s.utt_id for s in added}.isdisjoint(s.utt_id for s in before)
+    with pytest.raises(ValueError, match="num_train_accented"):
+        dataclasses.replace(TINY, num_train_accented=2).check()  # the voices corpus has them already
+    with pytest.raises(ValueError, match="non-English voice"):
+        dataclasses.replace(mixed, train_voices=LEGACY_VOICES).check()
+    with pytest.raises(ValueError, match="train_accented_speakers"):
+        dataclasses.replace(mixed, train_accented_speakers=0).check()
+
+
+def test_a_corpus_made_before_a_new_key_still_resumes(tmp_path):
+    """synthgrid.json of a corpus made before num_train_accented existed: the key has its default there, so
+    the same corpus resumes and a corpus with accented utterances is refused with the key named."""
+    from avsr.data.synthgrid.generate import _check_previous_config
+
+    base = dataclasses.replace(TINY, train_corpus="english")
+    old = json.loads(json.dumps(dataclasses.asdict(base)))
+    del old["num_train_accented"], old["train_accented_speakers"]
+    (tmp_path / "synthgrid.json").write_text(json.dumps(old))
+    _check_previous_config(tmp_path, base)
+    with pytest.raises(ValueError, match="num_train_accented"):
+        _check_previous_config(tmp_path, dataclasses.replace(base, num_train_accented=3))
+
+
+@pytest.mark.festival
+def test_accented_training_utterances_are_generated(tmp_path):
+    if not FESTIVAL_READY:
+        pytest.skip(NO_FESTIVAL)
+    config = SynthGridConfig(num_train=1, num_valid=0, num_test=0, train_speakers=1, babble_seconds=0.0,
+                             num_train_accented=2, train_accented_speakers=2)
+    assert generate(tmp_path, config, nj=1, progress=False)["generated"] == 3
+    speakers = json.loads((tmp_path / "speakers.json").read_text())
+    texts = sorted((tmp_path / "train").glob("ta*/*.txt"))
+    assert [t.parent.name for t in texts] == ["ta000", "ta001"]
+    for txt in texts:
+        assert speakers[txt.parent.name]["voice"] in config.accented_voices
+        grammar.check_sentence(txt.read_text().split())
+        video, wav = read_video(txt.with_suffix(".mp4")), read_wav(txt.with_suffix(".wav"))
+        assert wav.shape[0] == video.shape[0] * 640 and 0.01 < float(wav.abs().max()) <= 1.0
 
 
 def test_align_lengths_gives_640_samples_per_frame():

@@ -3,8 +3,9 @@
 Usage: ``python -m avsr.bin.synthgrid --out corpus/synthgrid [--num-train 1500 --num-valid 100 --num-test 200]
 [--num-test-unseen-voice 300] [--train-speakers 24 --valid-speakers 4 --test-speakers 6
 --test-unseen-voice-speakers 6 --babble-speakers 4] [--train-voices v1,v2,... --unseen-voices v3,...]
-[--no-augment] [--seed 0] [--nj 2] [--babble-seconds 60]``. Running it again on the same ``--out`` with the
-same options completes an interrupted run; see :mod:`avsr.data.synthgrid.generate`.
+[--no-augment] [--num-train-accented 0 --train-accented-speakers 300] [--seed 0] [--nj 2]
+[--babble-seconds 60]``. Running it again on the same ``--out`` with the same options completes an interrupted
+run; see :mod:`avsr.data.synthgrid.generate`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "acoustic augmentation (default %(default)s)")
     p.add_argument("--no-augment", action="store_true",
                    help="no acoustic augmentation and speed perturbation of train/valid")
+    p.add_argument("--num-train-accented", type=int, default=d.num_train_accented,
+                   help="english corpus: training utterances added in the accented voices (the non-English "
+                   "--train-voices), clean, by speakers of their own (default %(default)s)")
+    p.add_argument("--train-accented-speakers", type=int, default=d.train_accented_speakers,
+                   help="speakers of those utterances (default %(default)s)")
     p.add_argument(
         "--babble-speakers",
         type=int,
@@ -95,6 +101,8 @@ def main(argv: list[str] | None = None) -> int | None:
         speed_factors=(1.0,) if args.no_augment else SynthGridConfig.speed_factors,
         augment=None if args.no_augment else SynthGridConfig().augment,
         train_corpus=args.train_corpus,
+        num_train_accented=args.num_train_accented,
+        train_accented_speakers=args.train_accented_speakers,
         babble_speakers=args.babble_speakers,
         babble_seconds=args.babble_seconds,
         babble_overlap=args.babble_overlap,

@@ -13,7 +13,9 @@ speakers native English), and their utterances pass through the acoustic augment
 default) they are the first corpora's three English voices, drawn as then, clean. test_unseen_voice speaks
 with ``unseen_voices`` (voices in no training utterance: the recipe's voice-generalisation test), test and the
 test babble with the three English voices of the first corpora, drawn as then (the same files). The test
-splits are clean.
+splits are clean. ``num_train_accented`` adds to the English corpus' train split utterances of the accented
+voices (every non-English voice of ``train_voices``), clean, by speakers of their own (``ta000``...), leaving
+every other file as it was.
 
 Every random choice is seeded by ``(seed, split, index)`` of the utterance, never by the order of work, so
 the corpus is the same for any number of workers. Work is cut into batches of utterances of one voice, one
@@ -59,7 +61,10 @@ from avsr.fileio import write_text_atomic
 logger = logging.getLogger(__name__)
 
 #: corpus splits; the order is part of the seeding (new splits are appended)
-SPLITS = ("train", "valid", "test", "test_unseen_voice")
+SPLITS = ("train", "valid", "test", "test_unseen_voice", "train_accented")
+#: the directory of a split's utterances where it is not the split's name: the accented training utterances
+#: are training utterances (``<corpus>/train/ta000/...``), so the training data dir holds them
+SPLIT_DIRS = {"train_accented": "train"}
 #: what the training splits are made of (:attr:`SynthGridConfig.train_corpus`)
 TRAIN_CORPORA = ("english", "voices")
 BABBLE_SETS = ("babble_train", "babble_test")
@@ -83,6 +88,12 @@ class SynthGridConfig:
         unseen_voices: voices of test_unseen_voice (must not be training voices).
         speed_factors: per-utterance speed perturbation of train and valid, drawn uniformly.
         augment: the acoustic augmentation of train and valid (None: clean).
+        num_train_accented: utterances added to the train split of the ``english`` corpus, spoken by the
+            accented voices (:attr:`accented_voices`) with the speaker ranges of the ``voices`` corpus, clean
+            and unperturbed (no acoustic augmentation, no speed perturbation); 0: none (the default corpus).
+            Their speakers (``train_accented_speakers`` of them, ids ``ta000``...) and sentences are drawn
+            from streams of their own, so every other file of the corpus stays the same.
+        train_accented_speakers: speakers of the accented training utterances (>= 1).
         train_corpus: ``"english"``: train, valid and the training babble are drawn as in the first SynthGRID
             corpora (the three English voices, their prosody ranges, clean, no speed perturbation;
             ``train_voices``, ``speed_factors`` and ``augment`` unused) -- the default recipe's corpus;
@@ -109,13 +120,20 @@ class SynthGridConfig:
     speed_factors: tuple[float, ...] = (0.9, 1.0, 1.1)
     augment: AugmentConfig | None = AugmentConfig()
     train_corpus: str = "english"
+    num_train_accented: int = 0
+    train_accented_speakers: int = 300
+
+    @property
+    def accented_voices(self) -> tuple[str, ...]:
+        """The voices of the accented training utterances: the non-English voices of ``train_voices``."""
+        return tuple(v for v in self.train_voices if not VOICES[v].english)
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
         if self.train_corpus not in TRAIN_CORPORA:
             raise ValueError(f"SynthGRID config: train_corpus must be one of {list(TRAIN_CORPORA)}, got "
                              f"{self.train_corpus!r}")
-        for name in ("num_train", "num_valid", "num_test", "num_test_unseen_voice"):
+        for name in ("num_train", "num_valid", "num_test", "num_test_unseen_voice", "num_train_accented"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SynthGRID config: {name} must be >= 0, got {getattr(self, name)}")
         for name in (
@@ -125,6 +143,7 @@ class SynthGridConfig:
             "test_unseen_voice_speakers",
             "babble_speakers",
             "babble_overlap",
+            "train_accented_speakers",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"SynthGRID config: {name} must be >= 1, got {getattr(self, name)}")
@@ -139,6 +158,12 @@ class SynthGridConfig:
         both = set(self.train_voices) & set(self.unseen_voices)
         if both:
             raise ValueError(f"SynthGRID config: voices {sorted(both)} are both training and unseen voices")
+        if self.num_train_accented > 0 and self.train_corpus != "english":
+            raise ValueError("SynthGRID config: num_train_accented adds accented voices to the english "
+                             f"training corpus; the {self.train_corpus!r} corpus has them in train already")
+        if self.num_train_accented > 0 and not self.accented_voices:
+            raise ValueError("SynthGRID config: num_train_accented needs a non-English voice in "
+                             f"train_voices, got {list(self.train_voices)}")
         if not self.speed_factors or any(not 0.5 <= f <= 2.0 for f in self.speed_factors):
             raise ValueError(f"SynthGRID config: speed_factors must be in [0.5, 2], got {self.speed_factors}")
         if self.augment is not None:
@@ -147,6 +172,8 @@ class SynthGridConfig:
     def voices_used(self) -> list[str]:
         """The festival voices the corpus needs (sorted)."""
         used = set(LEGACY_VOICES) | (set(self.train_voices) if self.train_corpus == "voices" else set())
+        if self.num_train_accented > 0:
+            used |= set(self.accented_voices)
         if self.num_test_unseen_voice > 0:
             used |= set(self.unseen_voices)
         return sorted(used)
@@ -162,6 +189,9 @@ class SynthGridConfig:
             "test_unseen_voice": self.test_unseen_voice_speakers,
         }
         voices = {"test_unseen_voice": self.unseen_voices}
+        if self.num_train_accented > 0:
+            counts["train_accented"] = self.train_accented_speakers
+            voices["train_accented"] = self.accented_voices
         if self.train_corpus == "voices":
             voices.update(train=self.train_voices, valid=self.train_voices, babble_train=self.train_voices)
         return make_speakers(counts, self.seed, voices, self.augment)
@@ -169,6 +199,9 @@ class SynthGridConfig:
 
 def plan_utterances(config: SynthGridConfig, speakers: list[Speaker]) -> list[UttSpec]:
     """The utterances of the corpus splits: utterance j of a split goes to speaker ``j mod S``.
+
+    The accented training utterances (split ``train_accented``) are written into the train directory
+    (:data:`SPLIT_DIRS`).
 
     Returns:
         specs in split order, then index; sentence and rendering randomness seeded by (seed, split, j).
@@ -185,8 +218,9 @@ def plan_utterances(config: SynthGridConfig, speakers: list[Speaker]) -> list[Ut
                 rng = np.random.default_rng([config.seed, split_index, j, 2])
                 speed = float(config.speed_factors[int(rng.integers(len(config.speed_factors)))])
             specs.append(
-                UttSpec.make(split, speaker, j // len(members), words, (config.seed, split_index, j, 1),
-                             speed, config.augment if augmented else None, config.seed)
+                UttSpec.make(SPLIT_DIRS.get(split, split), speaker, j // len(members), words,
+                             (config.seed, split_index, j, 1), speed, config.augment if augmented else None,
+                             config.seed)
             )
     return specs
 
@@ -269,7 +303,9 @@ def _check_previous_config(root: Path, config: SynthGridConfig) -> None:
     path = root / "synthgrid.json"
     wanted = json.loads(json.dumps(dataclasses.asdict(config)))  # tuples as JSON lists
     if path.is_file():
-        found = json.loads(path.read_text())
+        # a key added since the corpus was made has its default there (the files of a default never change)
+        defaults = json.loads(json.dumps(dataclasses.asdict(SynthGridConfig())))
+        found = {**defaults, **json.loads(path.read_text())}
         if found != wanted:
             diff = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
             raise ValueError(

@@ -4,7 +4,9 @@ A speaker is a voice (:data:`avsr.data.synthgrid.voices.VOICES`) times prosody (
 for the diphone voices, speaking rate), vocal-tract length (see below), loudness, a microphone
 (:class:`avsr.data.synthgrid.augment.Channel`) and an :class:`~avsr.data.synthgrid.render.Appearance`.
 Speakers are drawn per split (train, valid, test, test_unseen_voice, and the babble sets that are in none of
-them) with their own ids, so the splits never share a speaker; voices are cycled within each split.
+them) with their own ids, so the splits never share a speaker; voices are cycled within each split. The
+speakers of ``train_accented`` (the accented voices added to the English training corpus, see
+:attr:`avsr.data.synthgrid.generate.SynthGridConfig.num_train_accented`) are training speakers of their own.
 
 Vocal-tract length apart from pitch (formant shift independent of F0, the aim of VTLP): every voice is
 resampled by a "tape speed" factor (formants, pitch and tempo x ``tape``); diphone voices then get their
@@ -46,6 +48,7 @@ SPLIT_PREFIX = {
     "babble_train": "bn",
     "babble_test": "bt",
     "test_unseen_voice": "tu",
+    "train_accented": "ta",
 }
 
 #: splits whose speakers are drawn as in the first corpora (:func:`sample_legacy_speaker`)

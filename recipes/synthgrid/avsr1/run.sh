@@ -8,7 +8,7 @@
 #   ./run.sh --num-train 6000         # corpus size (also --num-valid, --num-test, --num-test-unseen-voice,
 #                                     --train-speakers, --test-unseen-voice-speakers, --babble-seconds,
 #                                     --seed, --train-corpus english|voices, --train-voices, --unseen-voices,
-#                                     --no-augment true)
+#                                     --no-augment true, --num-train-accented, --train-accented-speakers)
 # Any variable of ../../TEMPLATE/avsr1/avsr.sh can be set with --name value.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -21,7 +21,8 @@ rest=()
 while [ $# -gt 0 ]; do  # options of this corpus; the rest goes to the template
   case "$1" in
     --num-train|--num-valid|--num-test|--num-test-unseen-voice|--train-speakers|--test-unseen-voice-speakers|\
-    --babble-seconds|--seed|--train-corpus|--train-voices|--unseen-voices|--no-augment) corpus_opts+=("$1" "$2"); shift 2 ;;
+    --babble-seconds|--seed|--train-corpus|--train-voices|--unseen-voices|--no-augment|\
+    --num-train-accented|--train-accented-speakers) corpus_opts+=("$1" "$2"); shift 2 ;;
     --corpus-dir|--corpus_dir) corpus_dir="$2"; shift 2 ;;
     *) rest+=("$1"); shift ;;
   esac

@@ -2,7 +2,8 @@
 # Stage 1 of the SynthGRID recipe: generate the corpus (resumable: finished utterances are kept).
 #   local/data.sh --corpus-dir corpus --nj 2 [--num-train 3000 --num-valid 100 --num-test 200
 #     --num-test-unseen-voice 300 --train-speakers 600 --test-unseen-voice-speakers 10 --seed 0
-#     --train-corpus english|voices --train-voices v1,v2,.. --unseen-voices v3,.. --no-augment true]
+#     --train-corpus english|voices --train-voices v1,v2,.. --unseen-voices v3,.. --no-augment true
+#     --num-train-accented 0 --train-accented-speakers 300]
 set -euo pipefail
 corpus_dir=corpus
 nj=2
@@ -19,6 +20,8 @@ train_corpus=english
 train_voices=""
 unseen_voices=""
 no_augment=false
+num_train_accented=0
+train_accented_speakers=300
 while [ $# -gt 0 ]; do
   case "$1" in
     --corpus-dir) corpus_dir="$2" ;;
@@ -36,6 +39,8 @@ while [ $# -gt 0 ]; do
     --train-voices) train_voices="$2" ;;
     --unseen-voices) unseen_voices="$2" ;;
     --no-augment) no_augment="$2" ;;
+    --num-train-accented) num_train_accented="$2" ;;
+    --train-accented-speakers) train_accented_speakers="$2" ;;
     *) echo "local/data.sh: unknown option $1" >&2; exit 1 ;;
   esac
   shift 2
@@ -48,4 +53,5 @@ opts=(--train-corpus "$train_corpus")
 "$python" -m avsr.bin.synthgrid --out "$corpus_dir" --num-train "$num_train" --num-valid "$num_valid" \
   --num-test "$num_test" --num-test-unseen-voice "$num_test_unseen_voice" --train-speakers "$train_speakers" \
   --test-unseen-voice-speakers "$test_unseen_voice_speakers" --seed "$seed" --babble-seconds "$babble_seconds" \
+  --num-train-accented "$num_train_accented" --train-accented-speakers "$train_accented_speakers" \
   --nj "$nj" "${opts[@]}"
