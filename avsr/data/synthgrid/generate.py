@@ -298,14 +298,18 @@ def _run_job(job: tuple) -> tuple[str, int, list]:
     return _corpus_job(payload) if kind == "corpus" else _babble_job(payload)
 
 
+def _config_json(config: SynthGridConfig) -> dict:
+    """``config`` as ``synthgrid.json`` holds it (tuples as JSON lists)."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
 def _check_previous_config(root: Path, config: SynthGridConfig) -> None:
     """Refuse to resume into a directory generated with another configuration."""
     path = root / "synthgrid.json"
-    wanted = json.loads(json.dumps(dataclasses.asdict(config)))  # tuples as JSON lists
+    wanted = _config_json(config)
     if path.is_file():
         # a key added since the corpus was made has its default there (the files of a default never change)
-        defaults = json.loads(json.dumps(dataclasses.asdict(SynthGridConfig())))
-        found = {**defaults, **json.loads(path.read_text())}
+        found = {**_config_json(SynthGridConfig()), **json.loads(path.read_text())}
         if found != wanted:
             diff = {k: (found.get(k), v) for k, v in wanted.items() if found.get(k) != v}
             raise ValueError(
