@@ -185,6 +185,115 @@ def speed_frame_index(num_frames: int, factor: float) -> torch.Tensor:
     return (torch.arange(t_out, dtype=torch.float64) * factor).floor().long().clamp(max=num_frames - 1)
 
 
+#: a 40 ms frame is silent for :func:`silent_edges` when its RMS is this many dB below the loudest frame's.
+EDGE_SILENCE_DB = -45.0
+
+
+def silent_edges(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) -> tuple[int, int]:
+    """How many whole 40 ms frames at the start and at the end of an utterance are silent.
+
+    A frame (640 samples at 16 kHz, one 25 fps video frame) is silent when its RMS is ``threshold_db`` dB or
+    more below that of the utterance's loudest frame; the counts stop at the first frame that is not. Used by
+    :func:`shift_edges`'s callers to trim no speech. A waveform of all-silent (or all-zero) frames counts as
+    having no silent edge, so that nothing is ever trimmed from it.
+
+    Args:
+        waveform: (N,) float 16 kHz samples.
+        threshold_db: negative, in dB relative to the loudest frame.
+
+    Returns:
+        ``(start, end)``: silent frames at each end, each in ``[0, floor(N / 640)]``.
+
+    Raises:
+        ValueError: ``waveform`` is not 1-D or ``threshold_db`` is not negative.
+    """
+    if waveform.dim() != 1:
+        raise ValueError(f"silent_edges expects a (N,) waveform, got shape {tuple(waveform.shape)}")
+    if not threshold_db < 0:
+        raise ValueError(f"silent_edges threshold must be negative (dB below the loudest frame), got "
+                         f"{threshold_db}")
+    n = waveform.numel() // SAMPLES_PER_FRAME
+    if n == 0:
+        return 0, 0
+    power = waveform[: n * SAMPLES_PER_FRAME].double().view(n, SAMPLES_PER_FRAME).pow(2).mean(1)
+    peak = float(power.max())
+    if peak <= 0.0:
+        return 0, 0
+    loud = (power > peak * 10.0 ** (threshold_db / 10.0)).nonzero().flatten()
+    return int(loud[0]), n - 1 - int(loud[-1])
+
+
+def shift_edges(
+    waveform: torch.Tensor | None,
+    video: torch.Tensor | None,
+    start: int,
+    end: int,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Add or remove whole 40 ms frames of silence at the two ends of an utterance, audio and video together.
+
+    ``start``/``end`` > 0 adds that many frames before/after it: 640 samples per frame of Gaussian noise at
+    the RMS of the utterance's quietest frame (its own noise floor, at least 1e-5 of full scale; digital zeros
+    would give the floored log filterbank no recording has), and copies of the first/last video frame (the
+    mouth at rest). < 0 removes that many frames (the caller keeps them to silent ones with
+    :func:`silent_edges`). A model trained on a corpus whose every utterance starts and ends with 150-300 ms
+    of silence otherwise learns where the words are from the utterance's edges, and fails on a recording cut
+    closer or with longer pauses (recipes/synthgrid/avsr1/RESULTS.md, "Silence at the edges"). An avsr
+    augmentation; neither AV-HuBERT nor ESPnet has it (Kaldi's data cleanup trims and pads silence offline).
+
+    Args:
+        waveform: (N,) float 16 kHz samples, N a whole number of frames or not, or None.
+        video: (T, H, W) frames at 25 fps of any dtype, or None.
+        start, end: frames to add (> 0) or remove (< 0) at each end.
+        generator: random source of the added noise.
+
+    Returns:
+        ``(waveform', video')`` with ``N + 640 * (start + end)`` samples and ``T + start + end`` frames
+        (None stays None).
+
+    Raises:
+        ValueError: the change would leave no frame of either stream.
+    """
+    if start == 0 and end == 0:
+        return waveform, video
+    if waveform is not None:
+        frames = waveform.numel() // SAMPLES_PER_FRAME
+        cut_start, cut_end = SAMPLES_PER_FRAME * max(0, -start), SAMPLES_PER_FRAME * max(0, -end)
+        if waveform.numel() - cut_start - cut_end < 1:
+            raise ValueError(f"shifting the edges by {start} and {end} frames leaves nothing of a "
+                             f"{waveform.numel()}-sample waveform")
+        wav = waveform[cut_start: waveform.numel() - cut_end]
+        if start > 0 or end > 0:
+            if frames > 0:
+                power = waveform[: frames * SAMPLES_PER_FRAME].double().view(frames, -1).pow(2).mean(1)
+                floor = max(float(power.min()) ** 0.5, 1e-5)
+            else:
+                floor = 1e-5
+            pad = [torch.randn(SAMPLES_PER_FRAME * k, generator=generator).to(waveform.dtype) * floor
+                   for k in (max(0, start), max(0, end))]
+            wav = torch.cat([pad[0], wav, pad[1]])
+        waveform = wav
+    if video is not None:
+        t = video.shape[0]
+        if t + min(start, 0) + min(end, 0) < 1:
+            raise ValueError(f"shifting the edges by {start} and {end} frames leaves nothing of {t} video "
+                             "frames")
+        index = torch.arange(-start, t + end).clamp(0, t - 1)
+        video = video.index_select(0, index)
+    return waveform, video
+
+
+def edge_index(num_frames: int, start: int, end: int, per_frame: float = 1.0) -> torch.Tensor:
+    """The frame index map of :func:`shift_edges` for frame-level labels at ``per_frame`` labels per 40 ms.
+
+    Returns ``(num_frames + round(per_frame * start) + round(per_frame * end),)`` int64 indices into the
+    original ``num_frames`` labels: the first/last label repeated over added frames, removed ones skipped
+    (at least one entry).
+    """
+    a, b = round(per_frame * start), round(per_frame * end)
+    return torch.arange(-a, max(num_frames + b, -a + 1)).clamp(0, num_frames - 1)
+
+
 def freq_mask(
     feats: torch.Tensor,
     num_masks: int,

@@ -34,6 +34,7 @@ TRAIN = ["--train-data", "x", "--valid-data", "y", "--exp-dir", "{d}/exp", "--bp
         ("prepare_data", ["--corpus", "{d}/nope", "--out", "{d}/data"], 1, "avsr-prepare-data", "nope/train"),
         ("subset_data", ["--src", "{d}/nope", "--dst", "{d}/d2", "--percent", "10"], 1, "avsr-subset-data",
          "nope"),
+        ("edge_test", ["--src", "{d}/nope", "--dst", "{d}/d2"], 1, "avsr-edge-test", "nope"),
         ("tokenizer", ["--text", "{d}/nope.txt", "--out", "{d}/tok"], 1, "avsr-tokenizer", "nope.txt"),
         ("train", ["--config", "{d}/nope.yaml", *TRAIN], 2, "avsr-train", "nope.yaml"),
         ("train", ["--config", "{d}/badkey.yaml", *TRAIN], 2, "avsr-train", "unknown config key 'lrr'"),

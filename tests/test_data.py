@@ -22,7 +22,7 @@ from avsr.data.dataset import (
 from avsr.data.media import MediaError, read_wav, write_video, write_wav
 from avsr.data.noise import NoiseSource, mix_at_snr
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
-from avsr.features import avhubert_audio_features
+from avsr.features import VIDEO_MEAN, VIDEO_STD, avhubert_audio_features
 
 WORDS = (
     "BIN LAY PLACE SET BLUE GREEN RED WHITE AT BY IN WITH A B C ONE TWO THREE AGAIN NOW PLEASE SOON".split()
@@ -364,6 +364,58 @@ def test_time_masks_hide_audio_frames_of_audio_visual_items_only_and_reproducibl
     assert torch.equal(evaluation[(0, "audiovisual")]["audio"], plain[0]["audio"])
     with pytest.raises(ValueError, match="num_time_mask"):
         AVDataset(utts, tokenizer, audio_augment=AudioAugment(num_time_mask=-1))
+
+
+def test_edge_silence_adds_and_trims_silent_frames_of_every_stream_reproducibly(tmp_path, tokenizer):
+    """edge_silence_frames: each end gains or loses whole 40 ms frames (audio, video and frame labels
+    together), never more than its silent frames; the draws are a function of (seed, epoch, index) and leave
+    the other draws alone; evaluation items are unchanged."""
+    rng = np.random.default_rng(7)
+    speech = (rng.standard_normal(640 * 12) * 0.3).astype(np.float32)
+    quiet = (rng.standard_normal(640 * 3) * 1e-4).astype(np.float32)
+    write_wav(tmp_path / "e.wav", np.concatenate([quiet, speech, quiet[: 640 * 2]]))  # silent 3 + 2
+    write_video(tmp_path / "e.mp4", np.repeat(np.arange(17, dtype=np.uint8)[:, None, None] * 10, 96, 1)
+                .repeat(96, 2), fps=25)
+    utts = [Utterance("s1_e", "s1", str(tmp_path / "e.wav"), str(tmp_path / "e.mp4"), "BIN BLUE AT A ONE NOW",
+                      17)] * 40
+    labels = LabelSet("frames.km", {"s1_e": torch.arange(17)}, label_rate=25.0, num_classes=17)
+    aug = AudioAugment(edge_silence_frames=(-4, 3))
+    ds = AVDataset(utts, tokenizer, train=True, audio_augment=aug, label_sets=[labels])
+    lengths = set()
+    for i in range(40):
+        item = ds[(i, "audiovisual")]
+        t, lab = item["video"].shape[0], item["labels"][0]
+        assert item["audio"].shape == (t, 104) and lab.numel() == t
+        # the frames cut (first label > 0) or added (first label repeated) at the start, and at the end
+        start = -int(lab[0]) or int((lab == 0).sum()) - 1
+        end = -(16 - int(lab[-1])) or int((lab == 16).sum()) - 1
+        assert -3 <= start <= 3 and -2 <= end <= 3 and t == 17 + start + end  # no speech frame is cut
+        shown = ((item["video"][:, 44, 44] * VIDEO_STD + VIDEO_MEAN) * 255 / 10).round().long()
+        assert torch.equal(shown, lab)  # video frame k shows the frame its label says
+        lengths.add(t)
+    assert len(lengths) >= 5 and min(lengths) < 17 < max(lengths)
+    again = AVDataset(utts, tokenizer, train=True, audio_augment=aug, label_sets=[labels])
+    assert all(torch.equal(again[(i, "audiovisual")]["audio"], ds[(i, "audiovisual")]["audio"])
+               for i in range(10))
+    again.set_epoch(1)
+    assert any(again[(i, "audiovisual")]["video"].shape != ds[(i, "audiovisual")]["video"].shape
+               for i in range(10))
+    evaluation = AVDataset(utts, tokenizer, audio_augment=aug)[0]
+    assert evaluation["video"].shape[0] == 17
+    # keep_length: the silence moves from one end to the other (at most what the other end has)
+    moved = AVDataset(utts, tokenizer, train=True, label_sets=[labels],
+                      audio_augment=AudioAugment(edge_silence_frames=(-4, 3), edge_silence_keep_length=True))
+    starts = set()
+    for i in range(40):
+        item = moved[(i, "audio")]
+        lab = item["labels"][0]
+        assert item["audio"].shape == (17, 104) and lab.numel() == 17
+        start = -int(lab[0]) or int((lab == 0).sum()) - 1
+        assert -3 <= start <= 2 and torch.equal(lab, (torch.arange(17) - start).clamp(0, 16))
+        starts.add(start)
+    assert min(starts) < 0 < max(starts)
+    with pytest.raises(ValueError, match="edge_silence_frames"):
+        AVDataset(utts, tokenizer, audio_augment=AudioAugment(edge_silence_frames=(2, -1)))
 
 
 def test_keep_clean_audio_gives_noisy_audio_visual_items_their_clean_features(tmp_path, tokenizer):

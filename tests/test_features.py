@@ -10,11 +10,14 @@ import torch
 from avsr.features import (
     avhubert_audio_features,
     crop_video,
+    edge_index,
     freq_mask,
     logfbank,
     mel_filterbank,
     mfcc_features,
     normalize_video,
+    shift_edges,
+    silent_edges,
     speed_perturb,
     stack_frames,
     time_mask,
@@ -117,6 +120,49 @@ def test_speed_perturb_scales_pitch_and_duration_and_keeps_video_in_sync():
     assert speed_perturb(tone, 1.1)[1] is None
     with pytest.raises(ValueError, match="positive"):
         speed_perturb(tone, 0.0)
+
+
+def test_silent_edges_counts_whole_quiet_frames_at_each_end():
+    g = torch.Generator().manual_seed(0)
+    speech = torch.randn(640 * 10, generator=g) * 0.3
+    quiet = torch.randn(640 * 3, generator=g) * 0.3 * 10 ** (-60 / 20)  # 60 dB below the speech
+    wav = torch.cat([quiet, speech, quiet[:640 * 2], torch.zeros(300)])  # the partial last frame is ignored
+    assert silent_edges(wav) == (3, 2)
+    assert silent_edges(wav, threshold_db=-70.0) == (0, 0)  # -60 dB frames are not silent at -70
+    assert silent_edges(speech) == (0, 0)
+    assert silent_edges(torch.zeros(640 * 4)) == (0, 0)  # nothing to tell silence from: never trimmed
+    assert silent_edges(torch.zeros(100)) == (0, 0)
+    with pytest.raises(ValueError, match="negative"):
+        silent_edges(wav, threshold_db=3.0)
+    with pytest.raises(ValueError, match="waveform"):
+        silent_edges(wav.view(1, -1))
+
+
+def test_shift_edges_adds_quiet_frames_and_removes_frames_in_sync():
+    g = torch.Generator().manual_seed(1)
+    floor = torch.randn(640, generator=g) * 1e-3
+    wav = torch.cat([floor, torch.randn(640 * 8, generator=g) * 0.3, floor])  # 10 frames
+    video = torch.arange(10).view(10, 1, 1).expand(10, 2, 2).to(torch.uint8)  # frame i holds i
+    out, vid = shift_edges(wav, video, 2, -1, generator=torch.Generator().manual_seed(2))
+    assert out.numel() == 640 * 11 and vid.shape == (11, 2, 2) and vid.dtype == torch.uint8
+    assert torch.equal(out[640 * 2:], wav[:-640])  # the speech is untouched, one frame cut at the end
+    added = out[: 640 * 2]  # at the utterance's noise floor (its quietest frame), not digital zeros
+    assert 0.5 < float(added.pow(2).mean().sqrt() / floor.pow(2).mean().sqrt()) < 2.0
+    assert vid[:, 0, 0].tolist() == [0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]  # the first frame repeated, last cut
+    again, _ = shift_edges(wav, video, 2, -1, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(again, out)
+    out, vid = shift_edges(wav, video, -3, 4)
+    assert torch.equal(out[: 640 * 7], wav[640 * 3:])
+    assert vid[:, 0, 0].tolist() == list(range(3, 10)) + [9] * 4
+    assert shift_edges(wav, video, 0, 0) == (wav, video)
+    assert shift_edges(None, video, 1, 0)[0] is None and shift_edges(wav, None, 1, 0)[1] is None
+    with pytest.raises(ValueError, match="leaves nothing"):
+        shift_edges(wav, video, -5, -5)
+    with pytest.raises(ValueError, match="leaves nothing"):
+        shift_edges(None, video, -10, 0)
+    # frame labels at 100 Hz (4 per frame) follow the same map
+    assert edge_index(8, 1, -1, per_frame=4).tolist() == [0] * 5 + list(range(1, 4))
+    assert edge_index(3, -1, 2).tolist() == [1, 2, 2, 2]
 
 
 def test_freq_mask_zeroes_the_same_channels_in_every_stacked_frame():

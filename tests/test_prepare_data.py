@@ -93,3 +93,57 @@ def test_resample_audio_writes_16k_mono_copies(corpus, tmp_path):
         info = sf.info(utts[name].wav)
         assert (info.samplerate, info.channels) == (16000, 1) and "audio_16k" in utts[name].wav
         assert abs(info.frames - 20 * 640) <= 2
+
+
+def test_edge_test_cuts_or_pads_each_end_reproducibly_and_resumes(tmp_path):
+    """avsr.bin.edge_test: each end is cut to the speech (every silent frame) or 10-25 frames longer, audio
+    and video together; the choices are a function of the seed and utterance id; a rerun keeps the media, a
+    rerun with other options makes them anew."""
+    from avsr.bin.edge_test import main as edge_test
+    from avsr.data.datadir import Utterance, write_datadir
+    from avsr.data.media import read_video, read_wav
+
+    rng = np.random.default_rng(0)
+    utts = []
+    for i in range(8):
+        quiet = rng.normal(0, 1e-4, 640 * (3 + i % 2)).astype(np.float32)
+        speech = rng.normal(0, 0.3, 640 * 12).astype(np.float32)
+        wav = np.concatenate([quiet, speech, quiet[: 640 * 2]])
+        frames = wav.size // 640
+        stem = tmp_path / "src" / f"spk_u{i}"
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        write_wav(stem.with_suffix(".wav"), wav)
+        write_video(stem.with_suffix(".mp4"), np.repeat(np.arange(frames, dtype=np.uint8)[:, None, None] * 12,
+                                                        96, 1).repeat(96, 2))
+        utts.append(Utterance(f"spk_u{i}", "spk", str(stem.with_suffix(".wav")),
+                              str(stem.with_suffix(".mp4")), "BIN BLUE", frames))
+    write_datadir(tmp_path / "test", utts)
+    dst = tmp_path / "test_edges"
+    assert edge_test(["--src", str(tmp_path / "test"), "--dst", str(dst), "--no-progress"]) in (0, None)
+    edges = read_kaldi_map(dst / "edges")
+    out = {u.utt_id: u for u in read_datadir(dst)}
+    assert set(out) == set(edges) == {u.utt_id for u in utts}
+    kinds = set()
+    for u in utts:
+        start, end = map(int, edges[u.utt_id].split())
+        silent = (3 + int(u.utt_id[-1]) % 2, 2)
+        assert start in (-silent[0], *range(10, 26)) and end in (-silent[1], *range(10, 26))
+        kinds.update((start < 0, end < 0))
+        wav, video = read_wav(out[u.utt_id].wav), read_video(out[u.utt_id].video)
+        assert video.shape[0] == u.num_frames + start + end == out[u.utt_id].num_frames
+        assert wav.numel() == 640 * video.shape[0]
+        shown = (video[:, 48, 48].float() / 12).round().long()  # frame k shows source frame shown[k]
+        first = max(0, -start)
+        assert shown[max(0, start)] == first and shown[0] == first  # the first kept frame, repeated if padded
+        assert float(wav[: 640 * max(0, start)].abs().sum()) < 0.01 * 640 * max(0, start) + 1e-9  # quiet
+    assert kinds == {True, False}  # both cuts and pads were drawn
+    mtime = (dst / "media" / "spk_u0.wav").stat().st_mtime_ns
+    args = ["--src", str(tmp_path / "test"), "--dst", str(dst), "--no-progress"]
+    assert edge_test(args) in (0, None)
+    assert (dst / "media" / "spk_u0.wav").stat().st_mtime_ns == mtime
+    assert read_kaldi_map(dst / "edges") == edges
+    assert edge_test([*args, "--seed", "3"]) in (0, None)
+    assert read_kaldi_map(dst / "edges") != edges  # other draws, media made anew
+    for u in read_datadir(dst):
+        assert read_video(u.video).shape[0] == u.num_frames
+    assert edge_test(["--src", str(tmp_path / "test"), "--dst", str(dst), "--pad-frames", "5", "2"]) == 2

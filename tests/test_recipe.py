@@ -57,11 +57,11 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
 
     rows = json.loads(results_path.read_text())
     conditions = {(r["test_set"], r["modality"], r["noise"], r["snr_db"]) for r in rows}
-    assert conditions == {(t, m, n, s) for t in ("test", "test_unseen_voice")
+    assert conditions == {(t, m, n, s) for t in ("test", "test_unseen_voice", "test_edges")
                           for m in ("audio", "video", "audiovisual")
                           for n, s in (("clean", None), ("babble", 0.0), ("babble", -5.0))}
     for r in rows:
-        utts = 6 if r["test_set"] == "test" else 4
+        utts = 4 if r["test_set"] == "test_unseen_voice" else 6
         assert r["num_utts"] == utts and r["num_words"] == 6 * utts and r["wer"] >= 0
     # video input does not depend on the audio noise
     video = {r["snr_db"]: r["wer"] for r in rows if r["modality"] == "video" and r["test_set"] == "test"}
@@ -74,8 +74,18 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     assert (exp / "wer_vs_snr.png").read_bytes()[:4] == b"\x89PNG"
     stages = [line.split("\t")[0] for line in (exp / "stage_times.tsv").read_text().splitlines()]
     assert stages == ["1", "2", "3", "4", "9", "10", "11"]
-    for split, n in (("train", 24), ("valid", 4), ("test", 6), ("test_unseen_voice", 4)):
+    for split, n in (("train", 24), ("valid", 4), ("test", 6), ("test_unseen_voice", 4), ("test_edges", 6)):
         assert len((tmp_path / "data" / split / "text").read_text().splitlines()) == n
+    # test_edges: the test utterances with each end cut to the speech or 10-25 frames longer
+    def kaldi_map(path):
+        return dict(line.split(" ", 1) for line in path.read_text().splitlines())
+
+    frames = kaldi_map(tmp_path / "data" / "test" / "utt2num_frames")
+    edged = kaldi_map(tmp_path / "data" / "test_edges" / "utt2num_frames")
+    for utt, change in kaldi_map(tmp_path / "data" / "test_edges" / "edges").items():
+        start, end = map(int, change.split())
+        assert all(k <= 0 or 10 <= k <= 25 for k in (start, end))
+        assert int(edged[utt]) == int(frames[utt]) + start + end
 
     # idempotent stages: training resumes (already finished), decoding skips finished conditions
     hyp = exp / "decode" / "test" / "audio" / "clean" / "hyp"

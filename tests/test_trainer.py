@@ -238,6 +238,19 @@ def test_time_masks_from_the_train_config_and_av_only_needs_loader_drawn_modalit
         MODEL["encoder_conf"]["modality_dropout"] = 0.5
 
 
+def test_edge_silence_frames_from_the_train_config_are_checked(tmp_path):
+    (tmp_path / "e.yaml").write_text("edge_silence_frames: [-8, 8]\nedge_silence_keep_length: true\n")
+    aug = build_audio_augment(load_train_config(tmp_path / "e.yaml")[0])
+    assert (aug.edge_silence_frames, aug.edge_silence_keep_length) == ((-8, 8), True)
+    assert build_audio_augment(TrainConfig(edge_silence_frames=[0, 0])) is None  # nothing changes
+    for bad, match in (("edge_silence_frames: [4, -4]", "low <= high"), ("edge_silence_frames: [1, 2, 3]",
+                       "low, high"), ("edge_silence_frames: [0.5, 2]", "edge_silence_frames"),
+                       ("edge_silence_keep_length: 2", "edge_silence_keep_length")):
+        (tmp_path / "b.yaml").write_text(bad + "\n")
+        with pytest.raises(ConfigError, match=match):
+            build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])
+
+
 def test_noise_probabilities_per_batch_modality_from_the_train_config(tmp_path):
     write_wav(tmp_path / "n.wav", np.random.default_rng(0).standard_normal(16000).astype(np.float32))
     (tmp_path / "a.yaml").write_text("noise_prob: 0.5\nnoise_prob_audio_only: 0.1\n")

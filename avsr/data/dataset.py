@@ -29,8 +29,11 @@ from avsr.features import (
     SAMPLES_PER_FRAME,
     avhubert_audio_features,
     crop_video,
+    edge_index,
     freq_mask,
     normalize_video,
+    shift_edges,
+    silent_edges,
     speed_frame_index,
     speed_perturb,
     time_mask,
@@ -113,6 +116,18 @@ class AudioAugment:
         time_mask_av_only: mask only the audio of utterances of audio-visual batches (batch modality
             ``audiovisual``): the fused model must then take what the hidden frames said from the lips,
             while the audio-only path keeps learning from whole utterances. False: every training utterance.
+        edge_silence_frames: ``(low, high)``: at each end of every training utterance (after the speed
+            perturbation, before noise), a number of 40 ms frames drawn uniformly from ``low..high``
+            (integers) is added as silence (> 0) or removed (< 0, only frames that
+            :func:`avsr.features.silent_edges` finds silent, so no speech is cut), audio, video and frame
+            labels together (:func:`avsr.features.shift_edges`); drawn from their own stream (seed, epoch,
+            index). A corpus whose utterances all start and end with the same silences otherwise teaches the
+            model to place the words by the edges. None: no change.
+        edge_silence_keep_length: with ``edge_silence_frames``, draw the change of the start only and make
+            the opposite change at the end (``end = -start``, limited to the silent frames of both ends): the
+            speech moves within the utterance, whose length stays the same. Batches then keep their lengths,
+            which costs about 5% of training time, against 30-50% for independent ends (longer padded
+            batches on 2 CPU cores; RESULTS.md, "Silence at the edges").
 
     Raises (``check``):
         ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
@@ -128,6 +143,8 @@ class AudioAugment:
     num_time_mask: int = 0
     time_mask_width: int = 0
     time_mask_av_only: bool = False
+    edge_silence_frames: tuple[int, int] | None = None
+    edge_silence_keep_length: bool = False
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -147,6 +164,11 @@ class AudioAugment:
         if self.num_time_mask < 0 or self.time_mask_width < 0:
             raise ValueError(f"num_time_mask and time_mask_width must be >= 0, got {self.num_time_mask}, "
                              f"{self.time_mask_width}")
+        if self.edge_silence_frames is not None:
+            lo, hi = self.edge_silence_frames
+            if not (isinstance(lo, int) and isinstance(hi, int) and lo <= hi):
+                raise ValueError(f"edge_silence_frames must be [low, high] integers with low <= high, got "
+                                 f"{list(self.edge_silence_frames)}")
 
     @property
     def active(self) -> bool:
@@ -155,7 +177,8 @@ class AudioAugment:
         speed = any(f != 1.0 for f in self.speed_factors)
         masks = self.num_freq_mask > 0 and self.freq_mask_width > 0
         time_masks = self.num_time_mask > 0 and self.time_mask_width > 0
-        return warp or speed or masks or time_masks or self.av_mismatch_prob > 0
+        edges = self.edge_silence_frames is not None and tuple(self.edge_silence_frames) != (0, 0)
+        return warp or speed or masks or time_masks or edges or self.av_mismatch_prob > 0
 
 
 @dataclass
@@ -342,13 +365,20 @@ class AVDataset(torch.utils.data.Dataset):
         wav, video = self._load(index)
         g = self._generator(index, epoch)
         aug = self.audio_augment if self.train else None
-        ga, factor = None, 1.0
+        ga, factor, edges = None, 1.0, (0, 0)
         if aug is not None:  # its own random stream: the video crop and noise draws stay as without it
             ga = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "audio_augment"))
             if aug.speed_factors and wav is not None:
                 factor = aug.speed_factors[int(torch.randint(0, len(aug.speed_factors), (1,), generator=ga))]
                 wav, video = speed_perturb(wav, factor, video)
-        num_frames = int(video.shape[0]) if video is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
+        video_frames = int(video.shape[0]) if video is not None else None
+        if aug is not None and aug.edge_silence_frames is not None:
+            shown = video if "video" in keep else None  # a video the batch does not keep is not copied
+            wav, video, edges = self._shift_edges(wav, shown, aug.edge_silence_frames, index, epoch,
+                                                  aug.edge_silence_keep_length)
+            video_frames = None if video_frames is None else video_frames + sum(edges)
+        unchanged = factor == 1.0 and edges == (0, 0)  # the item's own waveform as read: features cacheable
+        num_frames = video_frames if video_frames is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
         audio_feats = video_feats = tokens = clean_feats = None
         if wav is not None and "audio" in keep:
             clean = wav  # the item's own waveform: only its features are cached
@@ -365,10 +395,10 @@ class AVDataset(torch.utils.data.Dataset):
             if aug is not None and aug.freq_warp is not None:
                 lo, hi = aug.freq_warp
                 warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
-            audio_feats = self._audio_features(index, wav, num_frames, warp, wav is clean and factor == 1.0)
+            audio_feats = self._audio_features(index, wav, num_frames, warp, wav is clean and unchanged)
             if (self.keep_clean_audio and self.train and batch_modality == "audiovisual"
                     and wav is not clean):
-                clean_feats = self._audio_features(index, clean, num_frames, warp, factor == 1.0)
+                clean_feats = self._audio_features(index, clean, num_frames, warp, unchanged)
             if aug is not None:
                 state = ga.get_state()
                 audio_feats = self._masks(audio_feats, aug, ga, index, epoch, batch_modality)
@@ -387,7 +417,8 @@ class AVDataset(torch.utils.data.Dataset):
             "video": video_feats,
             "tokens": tokens,
             "text": u.text,
-            "labels": [self._labels(ls, u.utt_id, num_frames, factor) for ls in self.label_sets] or None,
+            "labels": [self._labels(ls, u.utt_id, num_frames, factor, edges)
+                       for ls in self.label_sets] or None,
             "audio_clean": clean_feats,
         }
 
@@ -402,6 +433,25 @@ class AVDataset(torch.utils.data.Dataset):
             if cacheable and self._cache_room(feats.numel() * feats.element_size()):
                 self._feat_cache[index] = feats
         return feats
+
+    def _shift_edges(
+        self, wav: torch.Tensor | None, video: torch.Tensor | None, bounds: tuple[int, int], index: int,
+        epoch: int, keep_length: bool = False,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, tuple[int, int]]:
+        """``AudioAugment.edge_silence_frames`` (and ``edge_silence_keep_length``): frames of silence added
+        or removed at the two ends, drawn from their own stream (seed, epoch, index); removal is limited to
+        the silent frames of ``wav`` (with no audio loaded, nothing is removed). Returns the new streams and
+        ``(start, end)`` as applied."""
+        g = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "edge_silence"))
+        start, end = (int(k) for k in torch.randint(bounds[0], bounds[1] + 1, (2,), generator=g))
+        quiet = silent_edges(wav) if wav is not None else (0, 0)
+        if keep_length:  # silent frames move from one end to the other: at most the silence of the other end
+            start = min(max(start, -quiet[0]), quiet[1])
+            end = -start
+        else:
+            start, end = max(start, -quiet[0]), max(end, -quiet[1])
+        wav, video = shift_edges(wav, video, start, end, generator=g)
+        return wav, video, (start, end)
 
     def _masks(self, feats: torch.Tensor, aug: AudioAugment, ga: torch.Generator, index: int, epoch: int,
                batch_modality: str | None) -> torch.Tensor:
@@ -430,12 +480,15 @@ class AVDataset(torch.utils.data.Dataset):
         reps = -(-num_samples // max(1, other.numel()))
         return other.repeat(reps)[:num_samples]
 
-    def _labels(self, ls: LabelSet, utt_id: str, num_frames: int, speed: float = 1.0) -> torch.Tensor:
+    def _labels(self, ls: LabelSet, utt_id: str, num_frames: int, speed: float = 1.0,
+                edges: tuple[int, int] = (0, 0)) -> torch.Tensor:
         lab = ls.labels.get(utt_id)
         if lab is None:
             raise DataError(f"utterance '{utt_id}' has no labels in {ls.name}")
         if speed != 1.0:  # the frames of a speed-perturbed utterance: the same index map as its video
             lab = lab[speed_frame_index(lab.numel(), speed)]
+        if edges != (0, 0):  # silence added or removed at the ends: the edge labels repeated or dropped
+            lab = lab[edge_index(lab.numel(), *edges, per_frame=ls.label_rate / 25.0)]
         expected = num_frames * ls.label_rate / 25.0
         tolerance = (self.max_frame_diff + 1) * ls.label_rate / 25.0
         if abs(lab.numel() - expected) > tolerance:

@@ -82,6 +82,11 @@ class TrainConfig:
         time_mask_width: widest time mask in frames of 40 ms (25 fps).
         time_mask_av_only: time-mask only the utterances of audio-visual batches (the lips must fill the
             gap); needs modality dropout drawn by the loader, as ``av_mismatch_prob``.
+        edge_silence_frames: ``[low, high]``: 40 ms frames of silence added (> 0) or removed (< 0, silent
+            frames only) at each end of every training utterance, drawn uniformly per utterance, end and
+            epoch (null: none), see :class:`avsr.data.dataset.AudioAugment`.
+        edge_silence_keep_length: draw the change at the start only and make the opposite one at the end, so
+            that the utterance keeps its length (the speech moves within it; much cheaper on a CPU).
         speed_perturb: speed factors drawn uniformly per training utterance and epoch, applied to audio and
             video together (ESPnet's ``speed_perturb_factors``, e.g. ``[0.9, 1.0, 1.1]``; null: none).
         seed: seed of initialisation, data order and augmentation.
@@ -136,6 +141,8 @@ class TrainConfig:
     num_time_mask: int = 0
     time_mask_width: int = 0
     time_mask_av_only: bool = False
+    edge_silence_frames: list[int] | None = None
+    edge_silence_keep_length: bool = False
     speed_perturb: list[float] | None = None
     seed: int = 0
     num_workers: int = 0
@@ -277,8 +284,9 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
     """The training-time audio feature augmentation of ``cfg`` (None when it has none).
 
     Raises:
-        ConfigError: a malformed ``freq_warp``, a negative ``num_freq_mask``/``freq_mask_width``/
-            ``num_time_mask``/``time_mask_width`` or a non-positive ``speed_perturb`` factor.
+        ConfigError: a malformed ``freq_warp`` or ``edge_silence_frames``, a negative ``num_freq_mask``/
+            ``freq_mask_width``/``num_time_mask``/``time_mask_width`` or a non-positive ``speed_perturb``
+            factor.
     """
     warp = None
     if cfg.freq_warp is not None:
@@ -286,11 +294,17 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
             raise ConfigError(f"freq_warp must be [low, high], got {cfg.freq_warp}")
         warp = (float(cfg.freq_warp[0]), float(cfg.freq_warp[1]))
     speed = tuple(float(f) for f in cfg.speed_perturb or ())
+    edges = None
+    if cfg.edge_silence_frames is not None:
+        if len(cfg.edge_silence_frames) != 2:
+            raise ConfigError(f"edge_silence_frames must be [low, high], got {cfg.edge_silence_frames}")
+        edges = (int(cfg.edge_silence_frames[0]), int(cfg.edge_silence_frames[1]))
     aug = AudioAugment(warp, int(cfg.num_freq_mask), int(cfg.freq_mask_width), speed,
                        av_mismatch_prob=float(cfg.av_mismatch_prob),
                        av_mismatch_noisy_only=bool(cfg.av_mismatch_noisy_only),
                        num_time_mask=int(cfg.num_time_mask), time_mask_width=int(cfg.time_mask_width),
-                       time_mask_av_only=bool(cfg.time_mask_av_only))
+                       time_mask_av_only=bool(cfg.time_mask_av_only), edge_silence_frames=edges,
+                       edge_silence_keep_length=bool(cfg.edge_silence_keep_length))
     try:
         aug.check()
     except ValueError as e:

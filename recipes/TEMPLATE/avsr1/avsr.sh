@@ -5,7 +5,8 @@
 #   1  corpus preparation   (the corpus recipe's local/data.sh: generation or download-free preparation)
 #   2  mouth ROIs           (raw face videos only, --roi-list: python -m avsr.bin.preprocess_roi)
 #   3  data dirs            (python -m avsr.bin.prepare_data: Kaldi wav.scp, video.scp, text, utt2spk;
-#                            --finetune-percent P < 100: a labeled subset data/<train_set>_<P>pct)
+#                            --finetune-percent P < 100: a labeled subset data/<train_set>_<P>pct;
+#                            --edge-test-sets S: data/<S>_edges, S with other silences at the edges)
 #   4  tokenizer            (python -m avsr.bin.tokenizer: sentencepiece model + token list)
 #   5  clustering, iter 1   (--pretrain-iters >= 1: MFCC features, k-means, 100 Hz labels, cluster quality)
 #   6  pretraining, iter 1  (masked multimodal cluster prediction; resumes from its checkpoint.pt)
@@ -37,6 +38,8 @@ train_set=${train_set:-train}
 pretrain_set=${pretrain_set:-}      # data of the pretraining stages 5-8 (default: train_set)
 valid_set=${valid_set:-valid}
 test_sets=${test_sets:-test}
+edge_test_sets=${edge_test_sets:-}  # test sets also decoded as <set>_edges: each end cut to the speech or
+                                    #   0.4-1.0 s longer (python -m avsr.bin.edge_test)
 vocab_size=${vocab_size:-64}        # sentencepiece vocabulary (soft limit)
 bpemode=${bpemode:-unigram}         # unigram | bpe | char | word
 train_config=${train_config:-}
@@ -65,7 +68,7 @@ decode_opts=${decode_opts:-}               # more options of avsr.bin.decode, e.
 # ---- options: --name value ----
 while [ $# -gt 0 ]; do
   case "$1" in
-    --help|-h) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --help|-h) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 0 ;;
     --*=*) name="${1%%=*}"; value="${1#*=}"; shift ;;
     --*) [ $# -ge 2 ] || { log "option $1 needs a value"; exit 1; }; name="$1"; value="$2"; shift 2 ;;
     *) log "unexpected argument: $1"; exit 1 ;;
@@ -84,6 +87,11 @@ case "$pretrain_iters" in 0|1|2) ;; *) log "--pretrain-iters must be 0, 1 or 2, 
 [ "$pretrain_iters" -eq 0 ] || [ -n "$pretrain_config" ] || { log "--pretrain-iters ${pretrain_iters} needs --pretrain-config"; exit 1; }
 [ -n "$pretrain_config2" ] || pretrain_config2="$pretrain_config"
 [ -n "$pretrain_set" ] || pretrain_set="$train_set"
+decode_sets="$test_sets"  # the test sets of the corpus, then the ones stage 3 derives from them
+for s in $edge_test_sets; do
+  [[ " $test_sets " == *" $s "* ]] || { log "--edge-test-sets: ${s} is not one of the test sets (${test_sets})"; exit 1; }
+  decode_sets+=" ${s}_edges"
+done
 [ "$nnodes" -eq 1 ] || [ -n "$master_addr" ] || { log "--nnodes ${nnodes} needs --master-addr"; exit 1; }
 # the training set of stage 9 (and of the tokenizer): all of train_set or a labeled subset of it
 asr_train_set="$train_set"
@@ -136,6 +144,10 @@ stage_datadirs() {
     "$python" -m avsr.bin.subset_data --src "${data_dir}/${train_set}" --dst "${data_dir}/${asr_train_set}" \
       --percent "$finetune_percent"
   fi
+  local s
+  for s in $edge_test_sets; do
+    "$python" -m avsr.bin.edge_test --src "${data_dir}/${s}" --dst "${data_dir}/${s}_edges" --no-progress
+  done
 }
 
 stage_tokenizer() {
@@ -226,7 +238,7 @@ stage_decode() {
   local sys
   for sys in "${systems[@]}"; do
   mkdir -p "${sys}/logs"
-  for t in $test_sets; do
+  for t in $decode_sets; do
     local pids=() logs=() failed=0 i
     for i in "${!groups[@]}"; do
       local lg="${sys}/logs/decode_${t}_${i}.log"

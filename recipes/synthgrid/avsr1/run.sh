@@ -31,7 +31,7 @@ done
 ../../TEMPLATE/avsr1/avsr.sh \
   --corpus-dir "$corpus_dir" \
   --local-data-opts "${corpus_opts[*]}" \
-  --train-set train --valid-set valid --test-sets "test test_unseen_voice" \
+  --train-set train --valid-set valid --test-sets "test test_unseen_voice" --edge-test-sets test \
   --vocab-size 120 --bpemode bpe \
   --train-config conf/train/avsr_synthgrid_cpu.yaml \
   --decode-config conf/decode/default.yaml \
