@@ -414,6 +414,15 @@ def test_edge_silence_adds_and_trims_silent_frames_of_every_stream_reproducibly(
         assert -3 <= start <= 2 and torch.equal(lab, (torch.arange(17) - start).clamp(0, 16))
         starts.add(start)
     assert min(starts) < 0 < max(starts)
+    # edge_silence_prob: a share of the items keeps the corpus's edges
+    half = AVDataset(utts, tokenizer, train=True, label_sets=[labels],
+                     audio_augment=AudioAugment(edge_silence_frames=(1, 3), edge_silence_prob=0.5))
+    kept = [torch.equal(half[(i, "audio")]["labels"][0], torch.arange(17)) for i in range(40)]
+    assert 8 <= sum(kept) <= 32
+    assert not AudioAugment(edge_silence_frames=(1, 3), edge_silence_prob=0.0).active
+    with pytest.raises(ValueError, match="edge_silence_prob"):
+        AVDataset(utts, tokenizer,
+                  audio_augment=AudioAugment(edge_silence_frames=(1, 3), edge_silence_prob=2.0))
     with pytest.raises(ValueError, match="edge_silence_frames"):
         AVDataset(utts, tokenizer, audio_augment=AudioAugment(edge_silence_frames=(2, -1)))
 

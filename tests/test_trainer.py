@@ -245,7 +245,8 @@ def test_edge_silence_frames_from_the_train_config_are_checked(tmp_path):
     assert build_audio_augment(TrainConfig(edge_silence_frames=[0, 0])) is None  # nothing changes
     for bad, match in (("edge_silence_frames: [4, -4]", "low <= high"), ("edge_silence_frames: [1, 2, 3]",
                        "low, high"), ("edge_silence_frames: [0.5, 2]", "edge_silence_frames"),
-                       ("edge_silence_keep_length: 2", "edge_silence_keep_length")):
+                       ("edge_silence_keep_length: 2", "edge_silence_keep_length"),
+                       ("edge_silence_prob: 1.5", "edge_silence_prob")):
         (tmp_path / "b.yaml").write_text(bad + "\n")
         with pytest.raises(ConfigError, match=match):
             build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])

@@ -128,6 +128,8 @@ class AudioAugment:
             speech moves within the utterance, whose length stays the same. Batches then keep their lengths,
             which costs about 5% of training time, against 30-50% for independent ends (longer padded
             batches on 2 CPU cores; RESULTS.md, "Silence at the edges").
+        edge_silence_prob: probability that a training utterance gets the change of
+            ``edge_silence_frames`` (drawn from the same stream); the others keep the corpus's edges.
 
     Raises (``check``):
         ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
@@ -145,6 +147,7 @@ class AudioAugment:
     time_mask_av_only: bool = False
     edge_silence_frames: tuple[int, int] | None = None
     edge_silence_keep_length: bool = False
+    edge_silence_prob: float = 1.0
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -164,6 +167,8 @@ class AudioAugment:
         if self.num_time_mask < 0 or self.time_mask_width < 0:
             raise ValueError(f"num_time_mask and time_mask_width must be >= 0, got {self.num_time_mask}, "
                              f"{self.time_mask_width}")
+        if not 0.0 <= self.edge_silence_prob <= 1.0:
+            raise ValueError(f"edge_silence_prob must be in [0, 1], got {self.edge_silence_prob}")
         if self.edge_silence_frames is not None:
             lo, hi = self.edge_silence_frames
             if not (isinstance(lo, int) and isinstance(hi, int) and lo <= hi):
@@ -177,7 +182,8 @@ class AudioAugment:
         speed = any(f != 1.0 for f in self.speed_factors)
         masks = self.num_freq_mask > 0 and self.freq_mask_width > 0
         time_masks = self.num_time_mask > 0 and self.time_mask_width > 0
-        edges = self.edge_silence_frames is not None and tuple(self.edge_silence_frames) != (0, 0)
+        edges = (self.edge_silence_frames is not None and tuple(self.edge_silence_frames) != (0, 0)
+                 and self.edge_silence_prob > 0)
         return warp or speed or masks or time_masks or edges or self.av_mismatch_prob > 0
 
 
@@ -375,7 +381,7 @@ class AVDataset(torch.utils.data.Dataset):
         if aug is not None and aug.edge_silence_frames is not None:
             shown = video if "video" in keep else None  # a video the batch does not keep is not copied
             wav, video, edges = self._shift_edges(wav, shown, aug.edge_silence_frames, index, epoch,
-                                                  aug.edge_silence_keep_length)
+                                                  aug.edge_silence_keep_length, aug.edge_silence_prob)
             video_frames = None if video_frames is None else video_frames + sum(edges)
         unchanged = factor == 1.0 and edges == (0, 0)  # the item's own waveform as read: features cacheable
         num_frames = video_frames if video_frames is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
@@ -436,13 +442,15 @@ class AVDataset(torch.utils.data.Dataset):
 
     def _shift_edges(
         self, wav: torch.Tensor | None, video: torch.Tensor | None, bounds: tuple[int, int], index: int,
-        epoch: int, keep_length: bool = False,
+        epoch: int, keep_length: bool = False, prob: float = 1.0,
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, tuple[int, int]]:
         """``AudioAugment.edge_silence_frames`` (and ``edge_silence_keep_length``): frames of silence added
         or removed at the two ends, drawn from their own stream (seed, epoch, index); removal is limited to
         the silent frames of ``wav`` (with no audio loaded, nothing is removed). Returns the new streams and
         ``(start, end)`` as applied."""
         g = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "edge_silence"))
+        if prob < 1.0 and float(torch.rand((), generator=g)) >= prob:
+            return wav, video, (0, 0)
         start, end = (int(k) for k in torch.randint(bounds[0], bounds[1] + 1, (2,), generator=g))
         quiet = silent_edges(wav) if wav is not None else (0, 0)
         if keep_length:  # silent frames move from one end to the other: at most the silence of the other end

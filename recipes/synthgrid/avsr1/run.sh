@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # SynthGRID: the embedded default corpus (GRID grammar, festival voices, rendered mouth ROIs).
-# Trains one audio-visual hybrid CTC/attention model from scratch and decodes the test speakers in
-# {audio, video, audiovisual} x {clean, babble at 10, 5, 0, -5 dB}. CPU-sized by default (~17 min on 2 cores).
+# Trains one audio-visual hybrid CTC/attention model from scratch and decodes the test sets (test,
+# test_unseen_voice: voices no training utterance has, test_edges: test with each end cut to the speech or
+# 0.4-1.0 s longer) in {audio, video, audiovisual} x {clean, babble at 10, 5, 0, -5 dB}. CPU-sized by default
+# (~17 min on 2 cores).
 #   ./run.sh                          # everything
 #   ./run.sh --stage 9 --stop_stage 9 # training only (resumes from exp/<tag>/checkpoint.pt)
 #   ./run.sh --ngpu 1                 # train and decode on a GPU
