@@ -147,8 +147,8 @@ def test_pretrain_recipe_clusters_pretrains_and_compares_with_scratch(tmp_path):
     assert "encoder initialised from" not in (exp / "tiny_scratch" / "train.log").read_text()
     rows = json.loads((exp / "tiny_compare" / "results.json").read_text())
     assert {r["system"] for r in rows} == {"tiny_pretrained", "tiny_scratch"}
-    assert {r["test_set"] for r in rows} == {"test", "test_unseen_voice"}
-    assert len(rows) == 2 * 2 * 3 * 2  # systems x test sets x modalities x (clean, babble 0 dB)
+    assert {r["test_set"] for r in rows} == {"test", "test_unseen_voice", "test_edges"}
+    assert len(rows) == 2 * 3 * 3 * 2  # systems x test sets x modalities x (clean, babble 0 dB)
     md = (exp / "tiny_compare" / "RESULTS.md").read_text()
     assert "Systems compared" in md and "Cluster quality" in md and "PNMI" in md
     times = (exp / "tiny_compare" / "stage_times.tsv").read_text().splitlines()
