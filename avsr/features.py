@@ -189,6 +189,13 @@ def speed_frame_index(num_frames: int, factor: float) -> torch.Tensor:
 EDGE_SILENCE_DB = -45.0
 
 
+def _frame_power(waveform: torch.Tensor) -> torch.Tensor:
+    """Mean square of each whole 40 ms frame (640 samples) of ``waveform`` (N,): ``(floor(N / 640),)``
+    float64; a partial last frame is left out."""
+    n = waveform.numel() // SAMPLES_PER_FRAME
+    return waveform[: n * SAMPLES_PER_FRAME].double().view(n, SAMPLES_PER_FRAME).pow(2).mean(1)
+
+
 def silent_edges(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) -> tuple[int, int]:
     """How many whole 40 ms frames at the start and at the end of an utterance are silent.
 
@@ -212,10 +219,10 @@ def silent_edges(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) 
     if not threshold_db < 0:
         raise ValueError(f"silent_edges threshold must be negative (dB below the loudest frame), got "
                          f"{threshold_db}")
-    n = waveform.numel() // SAMPLES_PER_FRAME
+    power = _frame_power(waveform)
+    n = power.numel()
     if n == 0:
         return 0, 0
-    power = waveform[: n * SAMPLES_PER_FRAME].double().view(n, SAMPLES_PER_FRAME).pow(2).mean(1)
     peak = float(power.max())
     if peak <= 0.0:
         return 0, 0
@@ -257,18 +264,14 @@ def shift_edges(
     if start == 0 and end == 0:
         return waveform, video
     if waveform is not None:
-        frames = waveform.numel() // SAMPLES_PER_FRAME
         cut_start, cut_end = SAMPLES_PER_FRAME * max(0, -start), SAMPLES_PER_FRAME * max(0, -end)
         if waveform.numel() - cut_start - cut_end < 1:
             raise ValueError(f"shifting the edges by {start} and {end} frames leaves nothing of a "
                              f"{waveform.numel()}-sample waveform")
         wav = waveform[cut_start: waveform.numel() - cut_end]
         if start > 0 or end > 0:
-            if frames > 0:
-                power = waveform[: frames * SAMPLES_PER_FRAME].double().view(frames, -1).pow(2).mean(1)
-                floor = max(float(power.min()) ** 0.5, 1e-5)
-            else:
-                floor = 1e-5
+            power = _frame_power(waveform)
+            floor = max(float(power.min()) ** 0.5, 1e-5) if power.numel() else 1e-5
             pad = [torch.randn(SAMPLES_PER_FRAME * k, generator=generator).to(waveform.dtype) * floor
                    for k in (max(0, start), max(0, end))]
             wav = torch.cat([pad[0], wav, pad[1]])

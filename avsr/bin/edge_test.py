@@ -82,17 +82,17 @@ def make_edge_utterance(utt: Utterance, media_dir: Path, pad_frames: tuple[int, 
         raise DataDirError(f"utterance '{utt.utt_id}' has no wav.scp entry: its silences cannot be found")
     wav = read_wav(utt.wav)
     change = edge_change(utt.utt_id, silent_edges(wav), pad_frames, seed)
-    g = torch.Generator().manual_seed(stable_seed(seed, utt.utt_id, "edge_test_noise"))
     out_wav = media_dir / f"{utt.utt_id}.wav"
     out_mp4 = media_dir / f"{utt.utt_id}.mp4" if utt.video else None
-    new_wav, _ = shift_edges(wav, None, *change, generator=g)
     if not (out_wav.exists() and (out_mp4 is None or out_mp4.exists())):
         if out_mp4 is not None:
             _, video = shift_edges(None, read_video(utt.video), *change)
             write_video(out_mp4, video.numpy())
-        write_wav(out_wav, new_wav)
-    num_frames = (utt.num_frames + change[0] + change[1] if utt.num_frames is not None
-                  else -(-new_wav.numel() // SAMPLES_PER_FRAME))
+        g = torch.Generator().manual_seed(stable_seed(seed, utt.utt_id, "edge_test_noise"))
+        write_wav(out_wav, shift_edges(wav, None, *change, generator=g)[0])
+    # whole frames added or removed: the length changes by exactly start + end frames
+    num_frames = (utt.num_frames if utt.num_frames is not None
+                  else -(-wav.numel() // SAMPLES_PER_FRAME)) + change[0] + change[1]
     new = replace(utt, wav=str(out_wav), video=str(out_mp4) if out_mp4 else None, num_frames=num_frames)
     return new, change
 
@@ -126,12 +126,11 @@ def main(argv: list[str] | None = None) -> int | None:
     write_text_atomic(record, json.dumps(settings, indent=1) + "\n")
     out, changes = [], {}
     for u in tqdm(utts, desc="edge test", disable=args.no_progress):
-        new, change = make_edge_utterance(u, media, (lo, hi), args.seed)
+        new, changes[u.utt_id] = make_edge_utterance(u, media, (lo, hi), args.seed)
         out.append(new)
-        changes[u.utt_id] = f"{change[0]} {change[1]}"
     write_datadir(args.dst, out)
-    write_kaldi_map(args.dst / "edges", changes)
-    cut = sum(int(v) < 0 for c in changes.values() for v in c.split())
+    write_kaldi_map(args.dst / "edges", {u: f"{s} {e}" for u, (s, e) in changes.items()})
+    cut = sum(k < 0 for change in changes.values() for k in change)
     logger.info("%s: %d utterances of %s, %d of %d ends cut to the speech, the others %d-%d frames longer",
                 args.dst, len(out), args.src, cut, 2 * len(out), lo, hi)
 

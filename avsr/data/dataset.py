@@ -452,7 +452,8 @@ class AVDataset(torch.utils.data.Dataset):
         if prob < 1.0 and float(torch.rand((), generator=g)) >= prob:
             return wav, video, (0, 0)
         start, end = (int(k) for k in torch.randint(bounds[0], bounds[1] + 1, (2,), generator=g))
-        quiet = silent_edges(wav) if wav is not None else (0, 0)
+        trims = keep_length or min(start, end) < 0  # only a removal needs the silent frames
+        quiet = silent_edges(wav) if wav is not None and trims else (0, 0)
         if keep_length:  # silent frames move from one end to the other: at most the silence of the other end
             start = min(max(start, -quiet[0]), quiet[1])
             end = -start
