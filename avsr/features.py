@@ -11,6 +11,8 @@ standard deviation 0.165.
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Iterable
 from fractions import Fraction
 from functools import lru_cache
 
@@ -230,12 +232,100 @@ def silent_edges(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) 
     return int(loud[0]), n - 1 - int(loud[-1])
 
 
+def edge_shift(waveform: torch.Tensor, target: tuple[int, int],
+               threshold_db: float = EDGE_SILENCE_DB) -> tuple[int, int] | None:
+    """The change at each end that leaves an utterance ``target`` silent frames before and after its speech.
+
+    Silent frames are counted as by :func:`silent_edges`; the result is the ``(start, end)`` argument of
+    :func:`shift_edges` (> 0: frames to add, < 0: silent frames to remove), so no speech is ever removed.
+    An avsr addition (neither AV-HuBERT nor ESPnet has it): :class:`avsr.Transcriber` gives every input the
+    edges of the model's training utterances (``data_stats["edge_frames"]``), see
+    recipes/synthgrid/avsr1/RESULTS.md, "Silence at the edges".
+
+    Args:
+        waveform: (N,) float 16 kHz samples.
+        target: silent 40 ms frames wanted at the start and at the end, each >= 0.
+        threshold_db: as :func:`silent_edges`.
+
+    Returns:
+        ``(start, end)`` in frames, or None when no frame of the waveform is silent (noise under the whole
+        recording: where the speech starts cannot be told from the level) or it is all silent or empty.
+
+    Raises:
+        ValueError: a negative target, a waveform that is not 1-D, a non-negative ``threshold_db``.
+    """
+    if len(target) != 2 or min(target) < 0:
+        raise ValueError(f"edge target must be two frame counts >= 0, got {tuple(target)}")
+    start, end = silent_edges(waveform, threshold_db)
+    power = _frame_power(waveform)
+    if power.numel() == 0 or not float(power.max()) > 0.0:
+        return None
+    if not float(power.min()) <= float(power.max()) * 10.0 ** (threshold_db / 10.0):
+        return None
+    return int(target[0]) - start, int(target[1]) - end
+
+
+def median_silent_edges(waveforms: Iterable[torch.Tensor], threshold_db: float = EDGE_SILENCE_DB
+                        ) -> tuple[int, int] | None:
+    """The median silent frames (:func:`silent_edges`) at the start and at the end of utterances.
+
+    Only utterances with at least one silent frame count (those :func:`edge_shift` can place). The trainer
+    records it as ``data_stats["edge_frames"]``, the edges :class:`avsr.Transcriber` gives every input.
+
+    Args:
+        waveforms: (N,) float 16 kHz waveforms.
+        threshold_db: as :func:`silent_edges`.
+
+    Returns:
+        ``(start, end)`` whole frames (the lower median of each), or None when no utterance has a silent
+        frame.
+    """
+    starts, ends = [], []
+    for wav in waveforms:
+        shift = edge_shift(wav, (0, 0), threshold_db)
+        if shift is not None:
+            starts.append(-shift[0])
+            ends.append(-shift[1])
+    if not starts:
+        return None
+    return statistics.median_low(starts), statistics.median_low(ends)
+
+
+def own_silence(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) -> torch.Tensor | None:
+    """A recording's own silence: the samples of its silent frames (:func:`silent_edges`) at the start, else
+    at the end, else its quietest 40 ms frame if that is silent; None when no frame is. What
+    :class:`avsr.Transcriber` pads an input's edges with (:func:`shift_edges`' ``silence``), so that the added
+    frames have the recording's noise floor -- digital zeros included, as a synthesiser's pauses.
+
+    Args:
+        waveform: (N,) float 16 kHz samples.
+        threshold_db: as :func:`silent_edges`.
+
+    Returns:
+        (640 * k,) samples, k >= 1, or None.
+    """
+    start, end = silent_edges(waveform, threshold_db)
+    if start:
+        return waveform[: SAMPLES_PER_FRAME * start]
+    if end:
+        n = waveform.numel() // SAMPLES_PER_FRAME
+        return waveform[SAMPLES_PER_FRAME * (n - end): SAMPLES_PER_FRAME * n]
+    power = _frame_power(waveform)
+    if power.numel() == 0 or not float(power.max()) > 0.0:
+        return None
+    quiet = int(power.argmin())
+    if not float(power[quiet]) <= float(power.max()) * 10.0 ** (threshold_db / 10.0):
+        return None
+    return waveform[SAMPLES_PER_FRAME * quiet: SAMPLES_PER_FRAME * (quiet + 1)]
+
+
 def shift_edges(
     waveform: torch.Tensor | None,
     video: torch.Tensor | None,
     start: int,
     end: int,
     generator: torch.Generator | None = None,
+    silence: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Add or remove whole 40 ms frames of silence at the two ends of an utterance, audio and video together.
 
@@ -253,6 +343,8 @@ def shift_edges(
         video: (T, H, W) frames at 25 fps of any dtype, or None.
         start, end: frames to add (> 0) or remove (< 0) at each end.
         generator: random source of the added noise.
+        silence: (M,) float samples, M > 0: the added audio is these, repeated, instead of noise (the
+            recording's own silence, :func:`own_silence`, as :class:`avsr.Transcriber` pads).
 
     Returns:
         ``(waveform', video')`` with ``N + 640 * (start + end)`` samples and ``T + start + end`` frames
@@ -269,7 +361,13 @@ def shift_edges(
             raise ValueError(f"shifting the edges by {start} and {end} frames leaves nothing of a "
                              f"{waveform.numel()}-sample waveform")
         wav = waveform[cut_start: waveform.numel() - cut_end]
-        if start > 0 or end > 0:
+        if (start > 0 or end > 0) and silence is not None:
+            if silence.dim() != 1 or silence.numel() == 0:
+                raise ValueError(f"silence must be (M,) samples with M > 0, got shape {tuple(silence.shape)}")
+            pad = [silence.to(waveform.dtype).repeat(math.ceil(SAMPLES_PER_FRAME * k / silence.numel()))
+                   [: SAMPLES_PER_FRAME * k] for k in (max(0, start), max(0, end))]
+            wav = torch.cat([pad[0], wav, pad[1]])
+        elif start > 0 or end > 0:
             power = _frame_power(waveform)
             floor = max(float(power.min()) ** 0.5, 1e-5) if power.numel() else 1e-5
             pad = [torch.randn(SAMPLES_PER_FRAME * k, generator=generator).to(waveform.dtype) * floor

@@ -59,14 +59,22 @@ from avsr.data.noise import NoiseSource
 from avsr.data.tokenizer import Tokenizer
 from avsr.decode.align import AlignmentError, WordTiming, word_timings
 from avsr.decode.beam_search import DecodeConfig
-from avsr.features import SAMPLES_PER_FRAME, avhubert_audio_features, crop_video, normalize_video
+from avsr.features import (
+    SAMPLES_PER_FRAME,
+    avhubert_audio_features,
+    crop_video,
+    edge_shift,
+    normalize_video,
+    own_silence,
+    shift_edges,
+)
 from avsr.models.asr import AVSRModel
 from avsr.nn.precision import autocast_context
 from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 
 __all__ = [
     "MODALITY_INPUTS", "InferenceError", "Transcript", "TranscribeItem", "Transcriber", "frame_energy_db",
-    "frame_motion", "pause_cuts",
+    "frame_motion", "model_edge_frames", "parse_edge_frames", "pause_cuts",
 ]
 
 logger = logging.getLogger("avsr.inference")
@@ -90,6 +98,8 @@ MIN_FRAMES = 2
 MAX_FRAME_DIFF = 2
 #: precisions of the encoder at inference.
 PRECISIONS = ("fp32", "bf16")
+#: most silent frames (40 ms) :class:`Transcriber`'s ``edge_frames`` may ask for at each end (2 s).
+MAX_EDGE_FRAMES = 50
 
 PathLike = str | os.PathLike
 
@@ -170,7 +180,8 @@ class Transcript:
 @dataclass
 class _Media:
     """Raw media of one item or one segment of it: ``wav`` (N,) float32 16 kHz (noise already mixed) or None,
-    ``frames`` (T, H, W) uint8 ROI or None; ``offset``: its first frame in the item (25 fps)."""
+    ``frames`` (T, H, W) uint8 ROI or None; ``offset``: its first frame in the item (25 fps); ``cache_key``:
+    its entry in the video cache (the key, with the change of its edges when there is one)."""
 
     key: str
     wav: torch.Tensor | None
@@ -178,6 +189,10 @@ class _Media:
     num_frames: int
     info: dict[str, Any]
     offset: int = 0
+    cache_key: str = ""
+
+    def __post_init__(self) -> None:
+        self.cache_key = self.cache_key or self.key
 
 
 def _name(source: Any) -> str:
@@ -288,6 +303,47 @@ def pause_cuts(activity: torch.Tensor, max_frames: int, min_fraction: float = 0.
     return cuts
 
 
+def parse_edge_frames(text: str) -> tuple[int, int] | str | None:
+    """The ``edge_frames`` of :meth:`Transcriber.from_pretrained` from a command-line value: ``model`` (the
+    model's training edges), ``off`` (None: inputs as given) or ``START,END`` (silent 40 ms frames).
+
+    Raises:
+        ValueError: anything else (the value named).
+    """
+    text = text.strip()
+    if text in ("model", "off"):
+        return None if text == "off" else text
+    parts = text.split(",")
+    try:
+        start, end = (int(x) for x in parts)
+    except ValueError:
+        raise ValueError(f"edge frames must be 'model', 'off' or START,END (40 ms frames), got "
+                         f"{text!r}") from None
+    if not (0 <= start <= MAX_EDGE_FRAMES and 0 <= end <= MAX_EDGE_FRAMES):
+        raise ValueError(f"edge frames must be in 0..{MAX_EDGE_FRAMES}, got {text!r}")
+    return start, end
+
+
+def model_edge_frames(source: PathLike, average_nbest: int = 5) -> tuple[int, int] | None:
+    """The silent edges (frames at the start and end) of a model's training audio, as its trainer recorded
+    them (``data_stats["edge_frames"]``), or None (not recorded: official checkpoints, avsr models trained
+    before 2026-11-26, video-only training). ``source`` as :meth:`Transcriber.from_pretrained`.
+
+    Raises:
+        FileNotFoundError: no such directory/file or no checkpoint in it;
+        avsr.compat.CheckpointError: an unreadable checkpoint file.
+    """
+    source = Path(source)
+    if source.is_dir():
+        stats = load_checkpoint(best_checkpoints(source, average_nbest)[0]).get("data_stats") or {}
+    elif source.is_file():
+        stats = read_checkpoint(source).data_stats or {}
+    else:
+        raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
+    edges = stats.get("edge_frames")
+    return (int(edges[0]), int(edges[1])) if edges else None
+
+
 class Transcriber:
     """A model, its tokenizer, a search configuration and the preprocessing: text from audio and/or video.
 
@@ -307,10 +363,20 @@ class Transcriber:
             scores, word times offset); None: never cut.
         train_max_s: the longest utterance the model was trained on, in seconds (from the checkpoint, when
             the trainer recorded it); a longer input that is not cut gets a warning (``info["warning"]``).
+        edge_frames: ``(start, end)``: give every input this many silent 40 ms frames before and after its
+            speech (:func:`avsr.features.edge_shift`: silent frames beyond them removed, missing ones added
+            as copies of the input's own silence, :func:`avsr.features.own_silence`, the video's edge frame
+            repeated), the edges of the model's training
+            utterances (``data_stats["edge_frames"]``, see :meth:`from_pretrained`); a model trained on
+            utterances with regular pauses at their ends reads the words by them (recipes/synthgrid/avsr1/
+            RESULTS.md, "Silence at the edges"). The edges are found in the audio as decoded (noise mixed
+            in); audio without a silent frame (noise under the whole recording) and video-only items
+            without audio keep theirs (``info["edges_note"]``). The change made is ``info["edges_changed_
+            frames"]``; ``num_frames`` and word timings stay those of the input. None: inputs as given.
 
     Raises:
         avsr.config.ConfigError: a bad decoding configuration (unknown key named).
-        ValueError: an unknown precision, or a search that needs a part the model lacks.
+        ValueError: an unknown precision, bad ``edge_frames``, or a search that needs a part the model lacks.
     """
 
     def __init__(
@@ -323,9 +389,18 @@ class Transcriber:
         batch_frames: int = 3000,
         max_segment_s: float | None = None,
         train_max_s: float | None = None,
+        edge_frames: Sequence[int] | None = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if edge_frames is not None:
+            if (isinstance(edge_frames, (str, bytes)) or len(edge_frames) != 2
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_EDGE_FRAMES
+                               for x in edge_frames)):
+                raise ValueError(f"edge_frames must be two whole numbers of 40 ms frames in "
+                                 f"0..{MAX_EDGE_FRAMES} (start, end), got {edge_frames!r}")
+            edge_frames = (int(edge_frames[0]), int(edge_frames[1]))
+        self.edge_frames: tuple[int, int] | None = edge_frames
         if max_segment_s is not None and max_segment_s * FPS < 2 * MIN_FRAMES:
             raise ValueError(f"max_segment_s must be at least {2 * MIN_FRAMES / FPS} s, got {max_segment_s}")
         self.device = torch.device(device)
@@ -361,6 +436,7 @@ class Transcriber:
         precision: str = "fp32",
         batch_frames: int = 3000,
         max_segment_s: float | None = None,
+        edge_frames: Sequence[int] | str | None = "model",
     ) -> Transcriber:
         """A transcriber for an experiment directory or a checkpoint file.
 
@@ -373,6 +449,9 @@ class Transcriber:
             bpemodel: the sentencepiece model (see ``source``).
             device, decode_config, precision, batch_frames, max_segment_s: as the class.
             average_nbest: checkpoints averaged from an experiment directory.
+            edge_frames: as the class, or ``"model"``: the median silent edges of the model's training audio,
+                from the checkpoint's ``data_stats`` when the trainer recorded them (avsr models trained
+                since 2026-11-26), else None (official checkpoints: inputs as given).
 
         The longest training utterance (``train_max_s`` of the class) comes from the checkpoint's
         ``data_stats`` when the trainer recorded it.
@@ -402,8 +481,15 @@ class Transcriber:
         else:
             raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
         train_max_s = stats["max_frames"] / FPS if stats.get("max_frames") else None
+        if isinstance(edge_frames, str):
+            if edge_frames != "model":
+                raise ValueError(f"edge_frames must be 'model', None or (start, end), got {edge_frames!r}")
+            edge_frames = tuple(stats["edge_frames"]) if stats.get("edge_frames") else None
+            if edge_frames is not None:
+                logger.info("inputs get the silent edges of the training audio: %d and %d frames (40 ms)",
+                            *edge_frames)
         return cls(model, tokenizer, decode_config, device, precision, batch_frames, max_segment_s,
-                   train_max_s)
+                   train_max_s, edge_frames)
 
     # --- one utterance ---------------------------------------------------------------------------------
 
@@ -596,9 +682,8 @@ class Transcriber:
         def load(i: int) -> _Media | None:
             req = requests[i]
             try:
-                skip_video = video_cache is not None and req.key in video_cache
                 work = root / f"{i:05d}_{req.key}"
-                return self._load(req, inputs, work, skip_video, video_cache, source, snr_db)
+                return self._load(req, inputs, work, video_cache, source, snr_db)
             except (InferenceError, MediaError, ValueError) as exc:
                 message = str(exc) if req.key in str(exc) else f"{req.key}: {exc}"
                 results[i] = Transcript(key=req.key, modality=modality, error=message)
@@ -629,7 +714,7 @@ class Transcriber:
             for (i, m), transcript in zip(todo, transcripts):
                 parts.setdefault(i, []).append((m.offset, transcript))
                 if len(parts[i]) == pieces[i]:
-                    results[i] = self._join(requests[i].key, parts.pop(i))
+                    results[i] = self._restore_edges(self._join(requests[i].key, parts.pop(i)))
                     bar.update()
 
     def _segments(self, media: _Media, limit: int | None) -> list[_Media]:
@@ -648,7 +733,8 @@ class Transcriber:
             samples = slice(start * SAMPLES_PER_FRAME, stop * SAMPLES_PER_FRAME)
             wav = media.wav[samples] if media.wav is not None else None
             frames = media.frames[start:stop] if media.frames is not None else None
-            out.append(_Media(f"{media.key}#{n}", wav, frames, stop - start, media.info, offset=start))
+            out.append(_Media(f"{media.key}#{n}", wav, frames, stop - start, media.info, offset=start,
+                              cache_key=f"{media.cache_key}#{n}"))
         return out
 
     @staticmethod
@@ -673,11 +759,30 @@ class Transcriber:
                           score=sum(t.score for _, t in parts), words=words, modality=first.modality,
                           num_frames=sum(t.num_frames for _, t in parts), info=info)
 
-    def _load(self, item: TranscribeItem, inputs: tuple[str, ...], work: Path, skip_video: bool,
+    @staticmethod
+    def _restore_edges(t: Transcript) -> Transcript:
+        """``t`` on the time line of the input as given: its length and word times (and segment bounds)
+        without the change of ``info["edges_changed_frames"]``."""
+        change = t.info.get("edges_changed_frames")
+        if not change or not t.ok:
+            return t
+        t.num_frames -= change[0] + change[1]
+        shift, last = change[0] / FPS, t.num_frames / FPS
+        if t.words is not None:
+            t.words = [dataclasses.replace(w, start=round(min(max(w.start - shift, 0.0), last), 3),
+                                           end=round(min(max(w.end - shift, 0.0), last), 3)) for w in t.words]
+        if "segments_s" in t.info:
+            t.info["segments_s"] = [[round(min(max(a - shift, 0.0), last), 3), round(min(max(b - shift, 0.0),
+                                     last), 3)] for a, b in t.info["segments_s"]]
+        return t
+
+    def _load(self, item: TranscribeItem, inputs: tuple[str, ...], work: Path,
               video_cache: Mapping[str, torch.Tensor] | None, source: NoiseSource | None,
               snr_db: float | None) -> _Media:
         """The raw media of one item for ``inputs`` (see the module docstring), the noise mixed into the audio
-        with the segment chosen by the item's key (as the recipe's test conditions). Raises InferenceError."""
+        with the segment chosen by the item's key (as the recipe's test conditions), and its edges given
+        ``edge_frames`` silent frames. The video is not read when ``video_cache`` holds it (with the same
+        change of the edges). Raises InferenceError."""
         key, info = item.key, {}
         need_audio, need_video = "audio" in inputs, "video" in inputs
         for stream, needed, other in (("video", need_video, "audio"), ("audio", need_audio, "video")):
@@ -689,16 +794,26 @@ class Transcriber:
         same_file = (need_audio and need_video and isinstance(item.video, (str, os.PathLike))
                      and isinstance(item.audio, (str, os.PathLike))
                      and Path(item.video).resolve() == Path(item.audio).resolve())
-        if need_video and skip_video:
-            num_frames = int(video_cache[key].shape[-1])
-        if need_video and not skip_video:
-            frames, wav, video_info = self._load_video(item, work, with_audio=same_file)
+        if need_video and same_file and video_cache is None:  # the ROI stage gives the file's audio too
+            frames, wav, video_info = self._load_video(item, work, with_audio=True)
             info.update(video_info)
             num_frames = int(frames.shape[0])
         if need_audio and wav is None:
             wav, audio_info = self._load_audio(item)
             info.update(audio_info)
-        if wav is not None:
+        if wav is not None and source is not None:
+            wav = source.mix(wav, snr_db, key=key)
+            info.update(noise=source.path, snr_db=snr_db)
+        change = self._edge_change(item, wav, need_audio, info)
+        cache_key = key if change is None else f"{key}@{change[0]},{change[1]}"
+        if need_video and frames is None:
+            if video_cache is not None and cache_key in video_cache:
+                num_frames = int(video_cache[cache_key].shape[-1]) - (sum(change) if change else 0)
+            else:
+                frames, _, video_info = self._load_video(item, work, with_audio=False)
+                info.update(video_info)
+                num_frames = int(frames.shape[0])
+        if wav is not None and need_audio:
             audio_frames = wav.numel() / SAMPLES_PER_FRAME
             if num_frames is not None and abs(audio_frames - num_frames) > MAX_FRAME_DIFF and not same_file:
                 raise InferenceError(
@@ -710,10 +825,42 @@ class Transcriber:
         if num_frames < MIN_FRAMES:
             raise InferenceError(f"{key}: the input is {num_frames} frame(s) long ({num_frames / FPS:.2f} "
                                  f"s); at least {MIN_FRAMES} frames at 25 fps are needed")
-        if wav is not None and source is not None:
-            wav = source.mix(wav, snr_db, key=key)
-            info.update(noise=source.path, snr_db=snr_db)
-        return _Media(key, wav, frames, num_frames, info)
+        if not need_audio:
+            wav = None
+        if change is not None:  # the added audio: the recording's own silence
+            silence = own_silence(wav) if wav is not None else None
+            wav, frames = shift_edges(wav, frames, change[0], change[1], silence=silence)
+            num_frames += change[0] + change[1]
+            if num_frames < MIN_FRAMES:
+                raise InferenceError(f"{key}: {num_frames} frame(s) are left once the silence at its ends is "
+                                     f"cut to {self.edge_frames}; at least {MIN_FRAMES} are needed")
+        return _Media(key, wav, frames, num_frames, info, cache_key=cache_key)
+
+    def _edge_change(self, item: TranscribeItem, wav: torch.Tensor | None, need_audio: bool,
+                     info: dict[str, Any]) -> tuple[int, int] | None:
+        """The change of the edges (:func:`avsr.features.edge_shift`) that gives the item ``edge_frames``,
+        found in ``wav`` (the audio as decoded) or, for a video-only decode, in the item's audio (read here,
+        without noise); None when nothing changes (``info["edges_note"]`` says why when the edges were not
+        found). Records the change as ``info["edges_changed_frames"]``."""
+        if self.edge_frames is None:
+            return None
+        if wav is None:
+            if item.audio is None:
+                info["edges_note"] = "no audio to find the speech's edges in: edges kept"
+                return None
+            try:
+                wav, _ = self._load_audio(item)
+            except (InferenceError, MediaError, ValueError) as exc:
+                info["edges_note"] = f"edges kept: its audio could not be read ({exc})"
+                return None
+        change = edge_shift(wav, self.edge_frames)
+        if change is None:
+            info["edges_note"] = "no silent frame in the audio (noise throughout?): edges kept"
+            return None
+        if change == (0, 0):
+            return None
+        info["edges_changed_frames"] = list(change)
+        return change
 
     def _load_video(self, item: TranscribeItem, work: Path, with_audio: bool
                     ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, Any]]:
@@ -803,23 +950,24 @@ class Transcriber:
     def _decode(self, units: list[_Media], modality: str, want_words: bool, video_cache) -> list[Transcript]:
         """Features, one batched search, texts and word timings for the loaded pieces ``units``."""
         inputs = MODALITY_INPUTS[modality]
-        keys = [m.key for m in units]
+        keys = [m.cache_key for m in units]
         lengths = torch.tensor([m.num_frames for m in units], dtype=torch.long)
         audio = video = video_features = None
         if "audio" in inputs:  # as the recipe's AVDataset: AV-HuBERT's features at 25 Hz
             feats = [avhubert_audio_features(m.wav, num_video_frames=m.num_frames) for m in units]
             audio = pad_sequence(feats, batch_first=True).transpose(1, 2).to(self.device)  # (B, 104, T)
-        if "video" in inputs and all(m.frames is not None for m in units):
-            frames = [normalize_video(crop_video(m.frames, train=False)) for m in units]
-            video = pad_sequence(frames, batch_first=True).unsqueeze(1).to(self.device)  # (B, 1, T, 88, 88)
+        read = [j for j, m in enumerate(units) if m.frames is not None]  # the others' video is cached
+        if "video" in inputs and read:
+            frames = [normalize_video(crop_video(units[j].frames, train=False)) for j in read]
+            video = pad_sequence(frames, batch_first=True).unsqueeze(1).to(self.device)  # (b, 1, T, 88, 88)
         lengths = lengths.to(self.device)
         with self._autocast():
             if "video" in inputs and video_cache is not None:
                 if video is not None:
-                    video_features = self.model.encoder.encode_video(video, lengths)
-                    for j, k in enumerate(keys):
-                        video_cache[k] = video_features[j, :, : int(lengths[j])].float().cpu()
-                else:  # every video of the batch is cached
+                    video_features = self.model.encoder.encode_video(video, lengths[read])
+                    for jj, j in enumerate(read):
+                        video_cache[keys[j]] = video_features[jj, :, : int(lengths[j])].float().cpu()
+                if len(read) < len(units):  # some (or all) videos of the batch were cached
                     cached = [video_cache[k].transpose(0, 1) for k in keys]  # (T, D) each
                     video_features = pad_sequence(cached, batch_first=True).transpose(1, 2).to(self.device)
             hyps, ctc_logp, enc_lens = self.model.decode_with_ctc(

@@ -11,11 +11,14 @@ from avsr.features import (
     avhubert_audio_features,
     crop_video,
     edge_index,
+    edge_shift,
     freq_mask,
     logfbank,
+    median_silent_edges,
     mel_filterbank,
     mfcc_features,
     normalize_video,
+    own_silence,
     shift_edges,
     silent_edges,
     speed_perturb,
@@ -163,6 +166,45 @@ def test_shift_edges_adds_quiet_frames_and_removes_frames_in_sync():
     # frame labels at 100 Hz (4 per frame) follow the same map
     assert edge_index(8, 1, -1, per_frame=4).tolist() == [0] * 5 + list(range(1, 4))
     assert edge_index(3, -1, 2).tolist() == [1, 2, 2, 2]
+
+
+def test_edge_shift_gives_the_target_edges_and_never_cuts_speech():
+    g = torch.Generator().manual_seed(4)
+    speech = torch.randn(640 * 10, generator=g) * 0.3
+    wav = torch.cat([torch.zeros(640 * 9), speech, torch.zeros(640 * 2)])
+    assert edge_shift(wav, (5, 4)) == (-4, 2)  # 9 silent frames at the start -> 5; 2 at the end -> 4
+    assert edge_shift(wav, (9, 2)) == (0, 0)
+    tight = torch.cat([speech[:640 * 5], torch.zeros(640), speech[640 * 5:]])  # a pause inside only
+    assert edge_shift(tight, (5, 4)) == (5, 4)  # speech up to both ends: every frame added
+    assert edge_shift(speech, (5, 4)) is None  # no silent frame anywhere (noise throughout): not found
+    assert edge_shift(torch.zeros(640 * 5), (5, 4)) is None and edge_shift(torch.zeros(10), (1, 1)) is None
+    out, _ = shift_edges(wav, None, *edge_shift(wav, (5, 4)))
+    assert silent_edges(out) == (5, 4) and torch.equal(out[640 * 5: 640 * 15], speech)
+    with pytest.raises(ValueError, match="target"):
+        edge_shift(wav, (-1, 2))
+    # the median over utterances that have a silent frame (the trainer's data_stats["edge_frames"])
+    waves = [torch.cat([torch.zeros(640 * a), speech, torch.zeros(640 * b)])
+             for a, b in ((2, 1), (6, 3), (4, 7))]
+    assert median_silent_edges(waves + [speech]) == (4, 3)
+    assert median_silent_edges([speech, speech]) is None and median_silent_edges([]) is None
+
+
+def test_own_silence_is_the_recordings_quiet_frames_and_pads_the_edges():
+    g = torch.Generator().manual_seed(5)
+    speech = torch.randn(640 * 6, generator=g) * 0.3
+    floor = torch.randn(640 * 3, generator=g) * 1e-4
+    start = torch.cat([floor[:640 * 2], speech, floor[640 * 2:]])
+    assert torch.equal(own_silence(start), floor[:640 * 2])  # the silent frames at the start
+    end = torch.cat([speech, floor])
+    assert torch.equal(own_silence(end), floor)  # else those at the end
+    inside = torch.cat([speech[:640 * 3], floor[:640], speech[640 * 3:]])
+    assert torch.equal(own_silence(inside), floor[:640])  # else the quietest frame, if silent
+    assert own_silence(speech) is None and own_silence(torch.zeros(640 * 2)) is None
+    out, _ = shift_edges(start, None, 3, -1, silence=floor[:640 * 2])
+    assert torch.equal(out[: 640 * 3], torch.cat([floor[:640 * 2], floor[:640]]))  # repeated, not noise
+    assert torch.equal(out[640 * 3:], start[:-640])
+    with pytest.raises(ValueError, match="silence"):
+        shift_edges(start, None, 1, 0, silence=torch.zeros(0))
 
 
 def test_freq_mask_zeroes_the_same_channels_in_every_stacked_frame():

@@ -356,3 +356,71 @@ def test_avsr_transcribe_reports_a_missing_input_and_writes_the_others(env, tmp_
     rows = json.loads((tmp_path / "o.json").read_text())
     assert rows[0]["file"] == str(tmp_path / "missing.mp4") and "no such file" in rows[0]["error"]
     assert rows[1]["file"] == str(good) and rows[1]["modality"] == "video" and "error" not in rows[1]
+
+
+def _edged(env, before: int, after: int, utt: int = 1):
+    """Utterance ``utt`` with ``before``/``after`` frames of digital silence (and the mouth at rest)."""
+    mp4, wav = env["utts"][utt]
+    frames, samples = read_video(mp4), read_wav(wav)
+    rest = [frames[:1].expand(before, -1, -1), frames, frames[-1:].expand(after, -1, -1)]
+    return torch.cat(rest), torch.cat([torch.zeros(640 * before), samples, torch.zeros(640 * after)])
+
+
+def test_inputs_get_the_models_training_edges_in_sync_and_keep_their_time_line(env):
+    off = _transcriber(env)
+    on = Transcriber(env["models"][0], env["tokenizer"], DECODE, edge_frames=(5, 4))
+    frames, wav = _edged(env, 9, 1)
+    target_frames, target_wav = _edged(env, 5, 4)  # what the input becomes: 4 frames cut, 3 added
+    for modality in ("audiovisual", "audio", "video"):
+        got = on(video=frames, audio=wav, modality=modality)
+        want = off(video=target_frames, audio=target_wav, modality=modality)
+        assert got.info["edges_changed_frames"] == [-4, 3]
+        assert got.tokens == want.tokens and got.score == pytest.approx(want.score, rel=1e-5)
+        assert got.num_frames == 45 + 10  # the input's own length, not the changed one
+        assert all(0 <= w.start <= w.end <= got.duration_s for w in got.words)
+        starts = [w.start for w in want.words]  # the word times, moved back by the 4 frames cut
+        assert [w.start for w in got.words] == pytest.approx([min(max(x + 4 / 25, 0), 2.2) for x in starts])
+    # edges that cannot be found change nothing, and say why
+    noisy = on(audio=wav, noise=env["noise"], snr_db=0.0, key="x")
+    assert "edges_changed_frames" not in noisy.info and "no silent frame" in noisy.info["edges_note"]
+    assert noisy.tokens == off(audio=wav, noise=env["noise"], snr_db=0.0, key="x").tokens
+    assert "no audio" in on(video=frames).info["edges_note"]
+    assert on(video=target_frames, audio=target_wav).info.get("edges_changed_frames") is None
+    with pytest.raises(ValueError, match="edge_frames"):
+        Transcriber(env["models"][0], env["tokenizer"], DECODE, edge_frames=(5, -1))
+
+
+def test_the_video_cache_keeps_each_change_of_the_edges_apart(env):
+    on = Transcriber(env["models"][0], env["tokenizer"], DECODE, edge_frames=(5, 4))
+    frames, wav = _edged(env, 9, 1)
+    items = [TranscribeItem(video=frames, audio=wav, key="a"),
+             TranscribeItem(video=read_video(env["utts"][2][0]), audio=read_wav(env["utts"][2][1]), key="b")]
+    cache: dict[str, torch.Tensor] = {}
+    clean = on.transcribe_batch(items, video_cache=cache)
+    assert sorted(cache) == ["a@-4,3", "b"]  # "b" has no silence: as given
+    noisy = on.transcribe_batch(items, noise=env["noise"], snr_db=0.0, video_cache=cache)  # "a" as given too
+    assert sorted(cache) == ["a", "a@-4,3", "b"] and cache["a"].shape[-1] == 55
+    plain = [on.transcribe_batch(items, noise=n, snr_db=s) for n, s in ((None, None), (env["noise"], 0.0))]
+    assert [r.tokens for r in clean] == [r.tokens for r in plain[0]]
+    assert [r.tokens for r in noisy] == [r.tokens for r in plain[1]]
+
+
+def test_from_pretrained_takes_the_edges_its_trainer_recorded(env, tmp_path):
+    from avsr.inference import model_edge_frames, parse_edge_frames
+
+    ckpt = torch.load(env["exp"] / "epoch2.pt", weights_only=False)
+    ckpt["data_stats"] = {"max_frames": 60, "num_utts": 4, "edge_frames": [6, 3]}
+    exp = tmp_path / "exp"
+    exp.mkdir()
+    save_atomic(ckpt, exp / "epoch2.pt")
+    (exp / "bpe.model").write_bytes((env["exp"] / "bpe.model").read_bytes())
+    assert model_edge_frames(exp) == (6, 3) and model_edge_frames(env["exp"]) is None
+    assert Transcriber.from_pretrained(exp, decode_config=DECODE).edge_frames == (6, 3)
+    assert Transcriber.from_pretrained(exp, decode_config=DECODE, edge_frames=None).edge_frames is None
+    assert Transcriber.from_pretrained(exp, decode_config=DECODE, edge_frames=(2, 2)).edge_frames == (2, 2)
+    assert Transcriber.from_pretrained(env["exp"], decode_config=DECODE).edge_frames is None
+    assert parse_edge_frames("model") == "model" and parse_edge_frames("off") is None
+    assert parse_edge_frames(" 5,4 ") == (5, 4)
+    for bad in ("5", "a,b", "5,4,3", "-1,2", "51,0"):
+        with pytest.raises(ValueError, match="edge frames"):
+            parse_edge_frames(bad)

@@ -1,5 +1,6 @@
 """Trainer: learning-rate schedule, checkpoints, averaging, and exact resumption after an interruption."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 from avsr.compat import CheckpointError
 from avsr.config import ConfigError
 from avsr.data.dataset import AVDataset, ModalityBatchSampler, NoiseConfig, collate
-from avsr.data.media import write_wav
+from avsr.data.media import read_wav, write_wav
 from avsr.data.noise import NoiseSource
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.models.asr import AVSRModel
@@ -70,6 +71,21 @@ def test_resumed_training_equals_uninterrupted_training(setup, tmp_path):
     ckpt = load_checkpoint(tmp_path / "b" / "epoch2.pt")
     assert ckpt["model_config"]["vocab_size"] == tok.vocab_size and "acc" in ckpt["valid"]
     assert len((tmp_path / "b" / "train_log.jsonl").read_text().splitlines()) == 2
+
+
+def test_the_checkpoint_records_the_median_silent_edges_of_the_training_audio(setup, tmp_path):
+    tok, utts = setup
+    edged = []
+    for i, u in enumerate(utts[:5]):  # (start, end) silent frames: (1, 0), (2, 1), (3, 2), (4, 3), (5, 4)
+        speech = read_wav(u.wav)[: 640 * (u.num_frames - 2 * i - 1)]
+        wav = torch.cat([torch.zeros(640 * (i + 1)), speech, torch.zeros(640 * i)])
+        write_wav(tmp_path / f"e{i}.wav", wav)
+        edged.append(dataclasses.replace(u, wav=str(tmp_path / f"e{i}.wav")))
+    trainer = make_trainer(tok, edged + utts[5:], tmp_path / "exp", max_epoch=1)  # the rest: no silence
+    assert trainer.data_stats["edge_frames"] == [3, 2]
+    video_only = Trainer(trainer.model, trainer.model_config, AVDataset(utts, tok, modalities=("video",)),
+                         AVDataset(utts[:2], tok, modalities=("video",)), trainer.cfg, tmp_path / "v")
+    assert "edge_frames" not in video_only.data_stats
 
 
 def test_resume_takes_the_learning_rate_of_the_config_and_checkpoints_record_the_data(setup, tmp_path):

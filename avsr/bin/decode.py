@@ -12,7 +12,9 @@ results made with other settings is refused with the differing keys named, or cl
 transcribe`` and Python users): the noise segment and the SNR of an utterance are a function of its id, so
 every run decodes the same noisy audio. Video-only input does not depend on the audio noise: it is decoded
 once and its hypotheses are written for every condition. Audio-visual decoding runs the video front-end once
-per utterance and reuses its output in every noise condition (the Transcriber's ``video_cache``).
+per utterance and reuses its output in every noise condition (the Transcriber's ``video_cache``). Each
+utterance gets the silent edges of the model's training audio where its audio shows them (``--edge-frames``,
+the Transcriber's ``edge_frames``; recorded in ``decode_settings.yaml`` when inputs are changed).
 
 The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
 accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``: an avsr checkpoint or an official fine-tuned
@@ -45,7 +47,7 @@ from avsr.config import config_path, parse_yaml, to_dict
 from avsr.data.datadir import read_datadir, write_kaldi_map
 from avsr.decode.beam_search import DecodeConfig
 from avsr.fileio import remove_stale_tmp, write_text_atomic
-from avsr.inference import MODALITY_INPUTS, PRECISIONS, Transcriber
+from avsr.inference import MODALITY_INPUTS, PRECISIONS, Transcriber, model_edge_frames, parse_edge_frames
 from avsr.train.checkpoint import best_checkpoints
 
 logger = logging.getLogger("avsr.decode")
@@ -68,7 +70,7 @@ def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> 
         checkpoints = [_file_id(source)]
     else:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
-    return {
+    settings = {
         "model": str(source.resolve()),
         "checkpoints": checkpoints,
         "bpemodel": str(bpemodel.resolve()) if bpemodel is not None and bpemodel.is_file() else None,
@@ -76,6 +78,10 @@ def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> 
         "data": str(args.data.resolve()),
         "precision": args.precision,
     }
+    edges = model_edge_frames(source, args.average_nbest) if args.edge_frames == "model" else args.edge_frames
+    if edges is not None:  # recorded only when inputs are changed: earlier results stay valid
+        settings["edge_frames"] = list(edges)
+    return settings
 
 
 def _claim(out: Path, settings: dict, overwrite: bool, results: list[Path]) -> None:
@@ -124,6 +130,10 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--overwrite", action="store_true",
                    help="decode anew into a directory holding results made with other settings")
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="encoder precision")
+    p.add_argument("--edge-frames", default="model",
+                   help="silent 40 ms frames each utterance gets before and after its speech (the "
+                   "Transcriber's edge_frames): 'model' (those of the training audio, when the checkpoint "
+                   "records them), 'off', or START,END")
     p.add_argument("--ngpu", type=int, default=0)
     p.add_argument("--num-threads", type=int, default=1,
                    help="CPU threads (the beam search's small tensor ops run fastest on 1; run modalities in "
@@ -131,6 +141,10 @@ def main(argv: list[str] | None = None) -> int | None:
     args = p.parse_args(argv)
     if args.exp_dir is None and args.checkpoint is None:
         p.error("give --exp-dir (checkpoint averaging) or --checkpoint")
+    try:
+        args.edge_frames = parse_edge_frames(args.edge_frames)
+    except ValueError as exc:
+        p.error(f"--edge-frames: {exc}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
     device = torch.device("cuda" if args.ngpu > 0 else "cpu")
@@ -176,7 +190,7 @@ def main(argv: list[str] | None = None) -> int | None:
                     transcriber = Transcriber.from_pretrained(
                         source, bpemodel=bpemodel, device=device, decode_config=args.decode_config,
                         average_nbest=args.average_nbest, precision=args.precision,
-                        batch_frames=args.batch_frames)
+                        batch_frames=args.batch_frames, edge_frames=args.edge_frames)
                 t0 = time.time()
                 results = transcriber.transcribe_batch(
                     utts,

@@ -35,7 +35,14 @@ import torch
 
 from avsr.bin.runner import tool
 from avsr.fileio import write_text_atomic
-from avsr.inference import MODALITY_INPUTS, PRECISIONS, InferenceError, TranscribeItem, Transcriber
+from avsr.inference import (
+    MODALITY_INPUTS,
+    PRECISIONS,
+    InferenceError,
+    TranscribeItem,
+    Transcriber,
+    parse_edge_frames,
+)
 
 logger = logging.getLogger("avsr.transcribe")
 
@@ -98,10 +105,17 @@ def main(argv: list[str] | None = None) -> int | None:
                    "batched and join them; 'auto': the model's longest training utterance if the checkpoint "
                    f"records it, else {DEFAULT_SEGMENT_S:g} s; 0: never cut (a warning for inputs longer "
                    "than the training range)")
+    p.add_argument("--edge-frames", default="model",
+                   help="silent 40 ms frames each input gets before and after its speech: 'model' (those of "
+                   "the model's training audio, when its checkpoint records them), 'off', or START,END")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="encoder precision")
     p.add_argument("--num-threads", type=int, default=1, help="CPU threads")
     args = p.parse_args(argv)
+    try:
+        edge_frames = parse_edge_frames(args.edge_frames)
+    except ValueError as exc:
+        p.error(f"--edge-frames: {exc}")
     if (args.noise is None) != (args.snr_db is None):
         p.error("--noise and --snr-db go together")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -120,7 +134,7 @@ def main(argv: list[str] | None = None) -> int | None:
         p.error(f"--max-segment-s must be a number of seconds or 'auto', got {args.max_segment_s!r}")
     transcriber = Transcriber.from_pretrained(
         args.checkpoint, bpemodel=args.bpemodel, device=args.device, decode_config=args.decode_config,
-        average_nbest=args.average_nbest, precision=args.precision)
+        average_nbest=args.average_nbest, precision=args.precision, edge_frames=edge_frames)
     if segment_s is None:
         segment_s = transcriber.train_max_s or DEFAULT_SEGMENT_S
     transcriber.max_segment_s = segment_s if segment_s > 0 else None

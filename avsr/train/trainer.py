@@ -32,7 +32,9 @@ from avsr.data.dataset import (
     NoiseConfig,
     collate,
 )
+from avsr.data.media import MediaError, read_wav
 from avsr.encoder import AVHubertEncoder
+from avsr.features import median_silent_edges
 from avsr.nn.precision import autocast_context, check_precision, flush_denormal
 from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
 from avsr.train.curves import TrainingCurves
@@ -339,6 +341,33 @@ def _dist_info() -> tuple[int, int, int]:
     return world, rank, local
 
 
+
+#: at most this many training utterances are read for the median silent edges of ``data_stats``.
+EDGE_SAMPLE = 1000
+
+
+def _training_edges(train_set: AVDataset) -> tuple[int, int] | None:
+    """Median silent 40 ms frames at the start and end of the training audio
+    (:func:`avsr.features.median_silent_edges` over at most ``EDGE_SAMPLE`` utterances spread over the set),
+    or None without audio. A file that cannot be read is left out here (the loader names it)."""
+    if "audio" not in train_set.modalities or not train_set.utts:
+        return None
+    step = max(1, len(train_set.utts) // EDGE_SAMPLE)
+
+    def waves():
+        for u in train_set.utts[::step]:
+            try:
+                yield read_wav(u.wav)
+            except (MediaError, OSError, TypeError):
+                continue
+
+    t0 = time.time()
+    edges = median_silent_edges(waves())
+    logger.info("training audio: median silent edges %s frames (start, end) over %d utterances, %.1f s",
+                edges, len(train_set.utts[::step]), time.time() - t0)
+    return edges
+
+
 class Trainer:
     """Trains a model on a training and a validation dataset into ``exp_dir``.
 
@@ -391,6 +420,9 @@ class Trainer:
         lengths = [train_set.num_frames(i) for i in range(len(train_set))]
         # what inference needs to know of the training data (the Transcriber's warning and segmentation)
         self.data_stats = {"max_frames": max(lengths, default=0), "num_utts": len(lengths)}
+        edges = _training_edges(train_set)
+        if edges is not None:  # the edges the Transcriber gives every input (avsr.features.edge_shift)
+            self.data_stats["edge_frames"] = list(edges)
         buckets = BucketBatchSampler(
             lengths,
             cfg.batch_frames,
