@@ -181,7 +181,9 @@ class Transcript:
 class _Media:
     """Raw media of one item or one segment of it: ``wav`` (N,) float32 16 kHz (noise already mixed) or None,
     ``frames`` (T, H, W) uint8 ROI or None; ``offset``: its first frame in the item (25 fps); ``cache_key``:
-    its entry in the video cache (the key, with the change of its edges when there is one)."""
+    its entry in the video cache (the key, with the change of its edges when there is one); ``change``: the
+    change of its edges (:func:`avsr.features.edge_shift`) still to make (from :meth:`Transcriber._load`) or
+    made (a unit to decode), or None."""
 
     key: str
     wav: torch.Tensor | None
@@ -190,6 +192,7 @@ class _Media:
     info: dict[str, Any]
     offset: int = 0
     cache_key: str = ""
+    change: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         self.cache_key = self.cache_key or self.key
@@ -679,11 +682,12 @@ class Transcriber:
         inputs = MODALITY_INPUTS[modality]
         limit = int(self.max_segment_s * FPS) if self.max_segment_s is not None else None
 
-        def load(i: int) -> _Media | None:
+        def load(i: int, whole: bool = False) -> _Media | None:
             req = requests[i]
             try:
                 work = root / f"{i:05d}_{req.key}"
-                return self._load(req, inputs, work, video_cache, source, snr_db)
+                media = self._load(req, inputs, work, video_cache, source, snr_db)
+                return self._shifted(media) if whole else media
             except (InferenceError, MediaError, ValueError) as exc:
                 message = str(exc) if req.key in str(exc) else f"{req.key}: {exc}"
                 results[i] = Transcript(key=req.key, modality=modality, error=message)
@@ -701,12 +705,17 @@ class Transcriber:
             m = load(i)
             if m is None:
                 continue
-            segments = self._segments(m, limit)
+            try:
+                segments = self._segments(m, limit)
+            except InferenceError as exc:
+                results[i] = Transcript(key=m.key, modality=modality, error=str(exc))
+                bar.update()
+                continue
             units += [(i, seg.num_frames, seg) for seg in segments]
             pieces[i] = len(segments)
         parts: dict[int, list[tuple[int, Transcript]]] = {}
         for batch in length_buckets([n for _, n, _ in units], self.batch_frames, oversize="alone"):
-            todo = [(units[j][0], units[j][2] or load(units[j][0])) for j in batch]
+            todo = [(units[j][0], units[j][2] or load(units[j][0], whole=True)) for j in batch]
             todo = [(i, m) for i, m in todo if m is not None]
             if not todo:
                 continue
@@ -714,28 +723,54 @@ class Transcriber:
             for (i, m), transcript in zip(todo, transcripts):
                 parts.setdefault(i, []).append((m.offset, transcript))
                 if len(parts[i]) == pieces[i]:
-                    results[i] = self._restore_edges(self._join(requests[i].key, parts.pop(i)))
+                    results[i] = self._join(requests[i].key, parts.pop(i))
                     bar.update()
 
     def _segments(self, media: _Media, limit: int | None) -> list[_Media]:
-        """``media`` cut at pauses (:func:`pause_cuts`) into pieces of at most ``limit`` frames, or whole."""
-        if limit is None or media.num_frames <= limit:
-            if self.train_max_s is not None and media.num_frames > self.train_max_s * FPS:
-                media.info["warning"] = (
-                    f"{media.num_frames / FPS:.1f} s is longer than the longest training utterance "
+        """``media`` (as read) whole, its edges changed (:meth:`_shifted`), or, longer than ``limit`` frames,
+        cut at pauses (:func:`pause_cuts`) into pieces of at most ``limit`` frames, each given the edges of
+        ``edge_frames`` of its own (pieces with audio)."""
+        whole = self._shifted(media)
+        if limit is None or whole.num_frames <= limit:
+            if self.train_max_s is not None and whole.num_frames > self.train_max_s * FPS:
+                whole.info["warning"] = (
+                    f"{whole.num_frames / FPS:.1f} s is longer than the longest training utterance "
                     f"({self.train_max_s:.1f} s): the transcript may degrade; cut it (max_segment_s)")
-                logger.warning("%s: %s", media.key, media.info["warning"])
-            return [media]
+                logger.warning("%s: %s", whole.key, whole.info["warning"])
+            return [whole]
         activity = frame_energy_db(media.wav) if media.wav is not None else frame_motion(media.frames)
         bounds = [0, *pause_cuts(activity[: media.num_frames], limit), media.num_frames]
+        info = {k: v for k, v in media.info.items() if k not in ("edges_changed_frames", "edges_note")}
         out = []
         for n, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:])):
             samples = slice(start * SAMPLES_PER_FRAME, stop * SAMPLES_PER_FRAME)
             wav = media.wav[samples] if media.wav is not None else None
             frames = media.frames[start:stop] if media.frames is not None else None
-            out.append(_Media(f"{media.key}#{n}", wav, frames, stop - start, media.info, offset=start,
-                              cache_key=f"{media.cache_key}#{n}"))
+            change = edge_shift(wav, self.edge_frames) if self.edge_frames and wav is not None else None
+            if change is not None and (change == (0, 0) or stop - start + sum(change) < MIN_FRAMES):
+                change = None
+            piece = _Media(f"{media.key}#{n}", wav, frames, stop - start, dict(info), offset=start,
+                           cache_key=f"{media.key}#{n}", change=change)
+            if change is not None:
+                piece.info["edges_changed_frames"] = list(change)
+            out.append(self._shifted(piece))
         return out
+
+    def _shifted(self, media: _Media) -> _Media:
+        """``media`` with the change of its edges (``media.change``) made: audio and video together, the added
+        audio the recording's own silence (:func:`avsr.features.own_silence`). Raises InferenceError when
+        too little is left."""
+        change = media.change
+        if change is None:
+            return media
+        wav, frames = media.wav, media.frames
+        silence = own_silence(wav) if wav is not None else None
+        wav, frames = shift_edges(wav, frames, change[0], change[1], silence=silence)
+        num_frames = media.num_frames + change[0] + change[1]
+        if num_frames < MIN_FRAMES:
+            raise InferenceError(f"{media.key}: {num_frames} frame(s) are left once the silence at its ends "
+                                 f"is cut to {self.edge_frames}; at least {MIN_FRAMES} are needed")
+        return dataclasses.replace(media, wav=wav, frames=frames, num_frames=num_frames)
 
     @staticmethod
     def _join(key: str, parts: list[tuple[int, Transcript]]) -> Transcript:
@@ -754,35 +789,35 @@ class Transcriber:
                           for w in t.words]
         first = parts[0][1]
         info = {**first.info, "segments_s": [[off / FPS, (off + t.num_frames) / FPS] for off, t in parts]}
+        info.pop("edges_changed_frames", None)
+        if any("edges_changed_frames" in t.info for _, t in parts):
+            info["segments_edges_changed_frames"] = [t.info.get("edges_changed_frames") for _, t in parts]
         return Transcript(key=key, text=" ".join(t.text for _, t in parts if t.text),
                           tokens=[x for _, t in parts for x in t.tokens],
                           score=sum(t.score for _, t in parts), words=words, modality=first.modality,
                           num_frames=sum(t.num_frames for _, t in parts), info=info)
 
     @staticmethod
-    def _restore_edges(t: Transcript) -> Transcript:
-        """``t`` on the time line of the input as given: its length and word times (and segment bounds)
-        without the change of ``info["edges_changed_frames"]``."""
-        change = t.info.get("edges_changed_frames")
-        if not change or not t.ok:
+    def _restore_edges(t: Transcript, change: tuple[int, int] | None) -> Transcript:
+        """``t`` (of a unit whose edges were changed by ``change``) on the time line of the unit as read:
+        its length and word times without the change."""
+        if change is None:
             return t
         t.num_frames -= change[0] + change[1]
         shift, last = change[0] / FPS, t.num_frames / FPS
         if t.words is not None:
             t.words = [dataclasses.replace(w, start=round(min(max(w.start - shift, 0.0), last), 3),
                                            end=round(min(max(w.end - shift, 0.0), last), 3)) for w in t.words]
-        if "segments_s" in t.info:
-            t.info["segments_s"] = [[round(min(max(a - shift, 0.0), last), 3), round(min(max(b - shift, 0.0),
-                                     last), 3)] for a, b in t.info["segments_s"]]
         return t
 
     def _load(self, item: TranscribeItem, inputs: tuple[str, ...], work: Path,
               video_cache: Mapping[str, torch.Tensor] | None, source: NoiseSource | None,
               snr_db: float | None) -> _Media:
         """The raw media of one item for ``inputs`` (see the module docstring), the noise mixed into the audio
-        with the segment chosen by the item's key (as the recipe's test conditions), and its edges given
-        ``edge_frames`` silent frames. The video is not read when ``video_cache`` holds it (with the same
-        change of the edges). Raises InferenceError."""
+        with the segment chosen by the item's key (as the recipe's test conditions), and the change of its
+        edges that gives it ``edge_frames`` silent frames (``change``, made by :meth:`_shifted`). The video
+        is not read when ``video_cache`` holds it (with the same change of the edges). Raises
+        InferenceError."""
         key, info = item.key, {}
         need_audio, need_video = "audio" in inputs, "video" in inputs
         for stream, needed, other in (("video", need_video, "audio"), ("audio", need_audio, "video")):
@@ -827,14 +862,7 @@ class Transcriber:
                                  f"s); at least {MIN_FRAMES} frames at 25 fps are needed")
         if not need_audio:
             wav = None
-        if change is not None:  # the added audio: the recording's own silence
-            silence = own_silence(wav) if wav is not None else None
-            wav, frames = shift_edges(wav, frames, change[0], change[1], silence=silence)
-            num_frames += change[0] + change[1]
-            if num_frames < MIN_FRAMES:
-                raise InferenceError(f"{key}: {num_frames} frame(s) are left once the silence at its ends is "
-                                     f"cut to {self.edge_frames}; at least {MIN_FRAMES} are needed")
-        return _Media(key, wav, frames, num_frames, info, cache_key=cache_key)
+        return _Media(key, wav, frames, num_frames, info, cache_key=cache_key, change=change)
 
     def _edge_change(self, item: TranscribeItem, wav: torch.Tensor | None, need_audio: bool,
                      info: dict[str, Any]) -> tuple[int, int] | None:
@@ -988,9 +1016,10 @@ class Transcriber:
                                              decode=self._text)
                     except AlignmentError as exc:
                         info["words_note"] = f"no word timings: {exc}"
-            out.append(Transcript(key=m.key, text=self._text(tokens), tokens=tokens,
-                                  score=float(best.score) if best is not None else math.nan, words=words,
-                                  modality=modality, num_frames=m.num_frames, info=info))
+            out.append(self._restore_edges(Transcript(
+                key=m.key, text=self._text(tokens), tokens=tokens,
+                score=float(best.score) if best is not None else math.nan, words=words, modality=modality,
+                num_frames=m.num_frames, info=info), m.change))
         return out
 
     def _text(self, tokens: Iterable[int]) -> str:

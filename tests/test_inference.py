@@ -424,3 +424,25 @@ def test_from_pretrained_takes_the_edges_its_trainer_recorded(env, tmp_path):
     for bad in ("5", "a,b", "5,4,3", "-1,2", "51,0"):
         with pytest.raises(ValueError, match="edge frames"):
             parse_edge_frames(bad)
+
+
+def test_each_piece_of_a_long_input_gets_the_edges_of_its_own(env):
+    rng = np.random.default_rng(8)
+    lengths, gap = [45, 60, 38, 52, 47], 12
+    wav, t = [], 0
+    for n in lengths:
+        wav += [torch.from_numpy(rng.normal(0, 0.1, n * 640)).float(), torch.zeros(gap * 640)]
+        t += n + gap
+    wav = torch.cat(wav)
+    tr = Transcriber(env["models"][0], env["tokenizer"], DECODE, max_segment_s=3.0, edge_frames=(5, 4))
+    long = tr(audio=wav)
+    assert long.num_frames == t and "edges_changed_frames" not in long.info
+    bounds = [[round(a * 25), round(b * 25)] for a, b in long.info["segments_s"]]
+    changes = long.info["segments_edges_changed_frames"]
+    assert len(changes) == len(bounds) >= 2
+    pieces = [tr(audio=wav[a * 640: b * 640]) for a, b in bounds]  # each piece alone gets the same change
+    assert changes == [p.info.get("edges_changed_frames") for p in pieces]
+    assert changes[0][0] == 5 and changes[-1][1] == 4 - gap  # speech at the first frame; 12 silent at the end
+    assert long.tokens == [x for p in pieces for x in p.tokens]
+    times = [x for w in long.words for x in (w.start, w.end)]
+    assert times == sorted(times) and 0 <= times[0] and times[-1] <= t / 25
