@@ -189,6 +189,10 @@ def speed_frame_index(num_frames: int, factor: float) -> torch.Tensor:
 
 #: a 40 ms frame is silent for :func:`silent_edges` when its RMS is this many dB below the loudest frame's.
 EDGE_SILENCE_DB = -45.0
+#: ... or when it is at most this many dB above the quietest frame's (a recording's noise floor).
+EDGE_FLOOR_MARGIN_DB = 10.0
+#: :func:`edge_shift` finds edges only in audio whose quietest frame is this many dB below its loudest.
+EDGE_RANGE_DB = 40.0
 
 
 def _frame_power(waveform: torch.Tensor) -> torch.Tensor:
@@ -202,7 +206,9 @@ def silent_edges(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) 
     """How many whole 40 ms frames at the start and at the end of an utterance are silent.
 
     A frame (640 samples at 16 kHz, one 25 fps video frame) is silent when its RMS is ``threshold_db`` dB or
-    more below that of the utterance's loudest frame; the counts stop at the first frame that is not. Used by
+    more below that of the utterance's loudest frame, or at most ``EDGE_FLOOR_MARGIN_DB`` (10 dB) above that
+    of its quietest frame (a recording's noise floor: a synthesiser's pauses are digital silence, an HMM
+    voice's or a microphone's are not); the counts stop at the first frame that is not. Used by
     :func:`shift_edges`'s callers to trim no speech. A waveform of all-silent (or all-zero) frames counts as
     having no silent edge, so that nothing is ever trimmed from it.
 
@@ -228,7 +234,11 @@ def silent_edges(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) 
     peak = float(power.max())
     if peak <= 0.0:
         return 0, 0
-    loud = (power > peak * 10.0 ** (threshold_db / 10.0)).nonzero().flatten()
+    floor = float(power.min()) * 10.0 ** (EDGE_FLOOR_MARGIN_DB / 10.0)
+    threshold = max(peak * 10.0 ** (threshold_db / 10.0), floor)
+    loud = (power > threshold).nonzero().flatten()
+    if loud.numel() == 0:  # less than 10 dB between the loudest and the quietest frame
+        return 0, 0
     return int(loud[0]), n - 1 - int(loud[-1])
 
 
@@ -248,8 +258,9 @@ def edge_shift(waveform: torch.Tensor, target: tuple[int, int],
         threshold_db: as :func:`silent_edges`.
 
     Returns:
-        ``(start, end)`` in frames, or None when no frame of the waveform is silent (noise under the whole
-        recording: where the speech starts cannot be told from the level) or it is all silent or empty.
+        ``(start, end)`` in frames, or None when its quietest frame is less than ``EDGE_RANGE_DB`` (40 dB)
+        below its loudest (noise under the whole recording: where the speech starts cannot be told from the
+        level), or it is all silent or empty.
 
     Raises:
         ValueError: a negative target, a waveform that is not 1-D, a non-negative ``threshold_db``.
@@ -260,7 +271,7 @@ def edge_shift(waveform: torch.Tensor, target: tuple[int, int],
     power = _frame_power(waveform)
     if power.numel() == 0 or not float(power.max()) > 0.0:
         return None
-    if not float(power.min()) <= float(power.max()) * 10.0 ** (threshold_db / 10.0):
+    if not float(power.min()) <= float(power.max()) * 10.0 ** (-EDGE_RANGE_DB / 10.0):
         return None
     return int(target[0]) - start, int(target[1]) - end
 
@@ -293,7 +304,8 @@ def median_silent_edges(waveforms: Iterable[torch.Tensor], threshold_db: float =
 
 def own_silence(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) -> torch.Tensor | None:
     """A recording's own silence: the samples of its silent frames (:func:`silent_edges`) at the start, else
-    at the end, else its quietest 40 ms frame if that is silent; None when no frame is. What
+    at the end, else its quietest 40 ms frame if that is ``EDGE_RANGE_DB`` (40 dB) below the loudest; None
+    otherwise. What
     :class:`avsr.Transcriber` pads an input's edges with (:func:`shift_edges`' ``silence``), so that the added
     frames have the recording's noise floor -- digital zeros included, as a synthesiser's pauses.
 
@@ -314,7 +326,7 @@ def own_silence(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) -
     if power.numel() == 0 or not float(power.max()) > 0.0:
         return None
     quiet = int(power.argmin())
-    if not float(power[quiet]) <= float(power.max()) * 10.0 ** (threshold_db / 10.0):
+    if not float(power[quiet]) <= float(power.max()) * 10.0 ** (-EDGE_RANGE_DB / 10.0):
         return None
     return waveform[SAMPLES_PER_FRAME * quiet: SAMPLES_PER_FRAME * (quiet + 1)]
 

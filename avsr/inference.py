@@ -373,9 +373,11 @@ class Transcriber:
             utterances (``data_stats["edge_frames"]``, see :meth:`from_pretrained`); a model trained on
             utterances with regular pauses at their ends reads the words by them (recipes/synthgrid/avsr1/
             RESULTS.md, "Silence at the edges"). The edges are found in the audio as decoded (noise mixed
-            in); audio without a silent frame (noise under the whole recording) and video-only items
-            without audio keep theirs (``info["edges_note"]``). The change made is ``info["edges_changed_
-            frames"]``; ``num_frames`` and word timings stay those of the input. None: inputs as given.
+            in; for a video-only decode, the item's audio with the same noise, read only for this); audio
+            whose quietest frame is less than 40 dB below its loudest (noise under the whole recording)
+            and video-only items without audio keep theirs (``info["edges_note"]``). The change made is
+            ``info["edges_changed_frames"]``; ``num_frames`` and word timings stay those of the input. None:
+            inputs as given.
 
     Raises:
         avsr.config.ConfigError: a bad decoding configuration (unknown key named).
@@ -839,7 +841,7 @@ class Transcriber:
         if wav is not None and source is not None:
             wav = source.mix(wav, snr_db, key=key)
             info.update(noise=source.path, snr_db=snr_db)
-        change = self._edge_change(item, wav, need_audio, info)
+        change = self._edge_change(item, wav, source, snr_db, info)
         cache_key = key if change is None else f"{key}@{change[0]},{change[1]}"
         if need_video and frames is None:
             if video_cache is not None and cache_key in video_cache:
@@ -864,12 +866,13 @@ class Transcriber:
             wav = None
         return _Media(key, wav, frames, num_frames, info, cache_key=cache_key, change=change)
 
-    def _edge_change(self, item: TranscribeItem, wav: torch.Tensor | None, need_audio: bool,
-                     info: dict[str, Any]) -> tuple[int, int] | None:
+    def _edge_change(self, item: TranscribeItem, wav: torch.Tensor | None, source: NoiseSource | None,
+                     snr_db: float | None, info: dict[str, Any]) -> tuple[int, int] | None:
         """The change of the edges (:func:`avsr.features.edge_shift`) that gives the item ``edge_frames``,
-        found in ``wav`` (the audio as decoded) or, for a video-only decode, in the item's audio (read here,
-        without noise); None when nothing changes (``info["edges_note"]`` says why when the edges were not
-        found). Records the change as ``info["edges_changed_frames"]``."""
+        found in ``wav`` (the audio as decoded, noise mixed in) or, for a video-only decode, in the item's
+        audio read here with the same noise (the recording a user would have); None when nothing changes
+        (``info["edges_note"]`` says why when the edges were not found). Records the change as
+        ``info["edges_changed_frames"]``."""
         if self.edge_frames is None:
             return None
         if wav is None:
@@ -881,9 +884,12 @@ class Transcriber:
             except (InferenceError, MediaError, ValueError) as exc:
                 info["edges_note"] = f"edges kept: its audio could not be read ({exc})"
                 return None
+            if source is not None:
+                wav = source.mix(wav, snr_db, key=item.key)
         change = edge_shift(wav, self.edge_frames)
         if change is None:
-            info["edges_note"] = "no silent frame in the audio (noise throughout?): edges kept"
+            info["edges_note"] = ("no silence in the audio (its quietest frame is less than 40 dB below its "
+                                  "loudest: noise throughout?): edges kept")
             return None
         if change == (0, 0):
             return None

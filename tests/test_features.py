@@ -131,7 +131,11 @@ def test_silent_edges_counts_whole_quiet_frames_at_each_end():
     quiet = torch.randn(640 * 3, generator=g) * 0.3 * 10 ** (-60 / 20)  # 60 dB below the speech
     wav = torch.cat([quiet, speech, quiet[:640 * 2], torch.zeros(300)])  # the partial last frame is ignored
     assert silent_edges(wav) == (3, 2)
-    assert silent_edges(wav, threshold_db=-70.0) == (0, 0)  # -60 dB frames are not silent at -70
+    assert silent_edges(wav, threshold_db=-70.0) == (3, 2)  # below -70 dB no, but the recording's floor
+    floor40 = quiet * 10 ** (20 / 20)  # a noise floor 40 dB below the speech (an HMM voice, a microphone)
+    assert silent_edges(torch.cat([floor40, speech, floor40[:640 * 2]])) == (3, 2)
+    onset = torch.randn(640, generator=g) * 0.3 * 10 ** (-30 / 20)  # a weak onset, 30 dB above the floor
+    assert silent_edges(torch.cat([quiet[:640 * 2], onset, speech, quiet])) == (2, 3)
     assert silent_edges(speech) == (0, 0)
     assert silent_edges(torch.zeros(640 * 4)) == (0, 0)  # nothing to tell silence from: never trimmed
     assert silent_edges(torch.zeros(100)) == (0, 0)

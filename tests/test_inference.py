@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from avsr.data.media import read_video, read_wav, write_video, write_wav
 from avsr.data.synthgrid import grammar
@@ -382,7 +383,7 @@ def test_inputs_get_the_models_training_edges_in_sync_and_keep_their_time_line(e
         assert [w.start for w in got.words] == pytest.approx([min(max(x + 4 / 25, 0), 2.2) for x in starts])
     # edges that cannot be found change nothing, and say why
     noisy = on(audio=wav, noise=env["noise"], snr_db=0.0, key="x")
-    assert "edges_changed_frames" not in noisy.info and "no silent frame" in noisy.info["edges_note"]
+    assert "edges_changed_frames" not in noisy.info and "no silence" in noisy.info["edges_note"]
     assert noisy.tokens == off(audio=wav, noise=env["noise"], snr_db=0.0, key="x").tokens
     assert "no audio" in on(video=frames).info["edges_note"]
     assert on(video=target_frames, audio=target_wav).info.get("edges_changed_frames") is None
@@ -446,3 +447,31 @@ def test_each_piece_of_a_long_input_gets_the_edges_of_its_own(env):
     assert long.tokens == [x for p in pieces for x in p.tokens]
     times = [x for w in long.words for x in (w.start, w.end)]
     assert times == sorted(times) and 0 <= times[0] and times[-1] <= t / 25
+
+
+def test_the_decoding_stage_gives_the_training_edges_and_decodes_video_in_every_condition(env, tmp_path):
+    from avsr.bin.decode import main as decode
+    from avsr.data.datadir import Utterance, write_datadir
+    from avsr.data.media import write_video as write_mp4
+
+    frames, wav = _edged(env, 9, 1)
+    write_wav(tmp_path / "e.wav", wav)
+    write_mp4(tmp_path / "e.mp4", frames.numpy())
+    write_datadir(tmp_path / "data", [Utterance("spk-e", "spk", wav=str(tmp_path / "e.wav"),
+                                                video=str(tmp_path / "e.mp4"), text="BIN BLUE AT F TWO NOW")])
+    decode_yaml = tmp_path / "decode.yaml"
+    decode_yaml.write_text("beam_size: 2\nctc_weight: 0.3\nmaxlenratio: 0.3\nminlenratio: 0.1\n")
+    args = ["--exp-dir", str(env["exp"]), "--data", str(tmp_path / "data"), "--test-set", "t",
+            "--decode-config", str(decode_yaml), "--modalities", "video", "--out", str(tmp_path / "dec"),
+            "--noise-file", str(env["noise"]), "--snrs", "0", "--edge-frames", "5,4"]
+    assert decode(args) == 0
+    settings = yaml.safe_load((tmp_path / "dec/t/video/decode_settings.yaml").read_text())
+    assert settings["edge_frames"] == [5, 4]
+    tr = Transcriber.from_pretrained(env["exp"], decode_config=DECODE)  # each condition: the clean edges
+    stored = read_video(tmp_path / "e.mp4")  # H.264: not the frames written
+    index = torch.arange(4, stored.shape[0] + 3).clamp(max=stored.shape[0] - 1)  # 4 frames cut, 3 added
+    want = {"clean": tr(video=stored[index]).text, "babble_0": tr(video=stored).text}  # noisy: edges kept
+    assert want["clean"] != want["babble_0"]
+    for cond, text in want.items():
+        assert (tmp_path / f"dec/t/video/{cond}/hyp").read_text().split(maxsplit=1)[1].strip() == text
+    assert decode([*args[:-2], "--edge-frames", "off"]) == 2  # other settings: refused, named

@@ -10,11 +10,13 @@ decoding configuration, data dir, precision; each noisy condition its noise file
 results made with other settings is refused with the differing keys named, or cleared and decoded anew with
 ``--overwrite``. All decoding goes through :class:`avsr.inference.Transcriber` (the same path as ``avsr
 transcribe`` and Python users): the noise segment and the SNR of an utterance are a function of its id, so
-every run decodes the same noisy audio. Video-only input does not depend on the audio noise: it is decoded
-once and its hypotheses are written for every condition. Audio-visual decoding runs the video front-end once
-per utterance and reuses its output in every noise condition (the Transcriber's ``video_cache``). Each
-utterance gets the silent edges of the model's training audio where its audio shows them (``--edge-frames``,
-the Transcriber's ``edge_frames``; recorded in ``decode_settings.yaml`` when inputs are changed).
+every run decodes the same noisy audio. Each utterance gets the silent edges of the model's training audio
+where its audio, as mixed for the condition, shows them (``--edge-frames``, the Transcriber's
+``edge_frames``; recorded in ``decode_settings.yaml`` when inputs are changed). Without that change,
+video-only input does not depend on the audio noise: it is decoded once and its hypotheses are written for
+every condition; with it, video-only input is decoded in every condition (a noisy recording hides the
+edges). Audio-visual and video-only decoding run the video front-end once per utterance and change of its
+edges and reuse its output in the other noise conditions (the Transcriber's ``video_cache``).
 
 The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
 accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``: an avsr checkpoint or an official fine-tuned
@@ -173,7 +175,10 @@ def main(argv: list[str] | None = None) -> int | None:
         _claim(out_mod, settings, args.overwrite, sorted(out_mod.glob("*/hyp")))
         video_hyps: dict[str, str] | None = None
         video_failed: dict[str, str] = {}
-        reuse_video = modality == "audiovisual" and len(conditions) > 1
+        # with the model's training edges (found in the audio as mixed for each condition: a noisy recording
+        # hides them) video-only input depends on the noise too, and is decoded in every condition
+        edges = "edge_frames" in settings
+        reuse_video = (modality == "audiovisual" or (modality == "video" and edges)) and len(conditions) > 1
         cache: dict[str, torch.Tensor] | None = {} if reuse_video else None
         for cond, snr in conditions:
             out_dir = out_mod / cond
@@ -183,7 +188,7 @@ def main(argv: list[str] | None = None) -> int | None:
             if (out_dir / "hyp").is_file():
                 logger.info("%s exists, skipping", out_dir / "hyp")
                 continue
-            if modality == "video" and video_hyps is not None:  # the audio noise does not reach the video
+            if modality == "video" and video_hyps is not None and not edges:  # the noise does not reach it
                 hyps, failed = video_hyps, video_failed
             else:
                 if transcriber is None:
