@@ -11,8 +11,7 @@ standard deviation 0.165.
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from fractions import Fraction
 from functools import lru_cache
 
@@ -242,19 +241,41 @@ def silent_edges(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) 
     return int(loud[0]), n - 1 - int(loud[-1])
 
 
-def edge_shift(waveform: torch.Tensor, target: tuple[int, int],
-               threshold_db: float = EDGE_SILENCE_DB) -> tuple[int, int] | None:
-    """The change at each end that leaves an utterance ``target`` silent frames before and after its speech.
+def edge_ranges(target: Sequence[int | Sequence[int]]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``((start_lo, start_hi), (end_lo, end_hi))`` from a target of :func:`edge_shift`: per end a frame count
+    ``n`` (the range ``(n, n)``) or a range ``(lo, hi)``.
 
-    Silent frames are counted as by :func:`silent_edges`; the result is the ``(start, end)`` argument of
-    :func:`shift_edges` (> 0: frames to add, < 0: silent frames to remove), so no speech is ever removed.
-    An avsr addition (neither AV-HuBERT nor ESPnet has it): :class:`avsr.Transcriber` gives every input the
-    edges of the model's training utterances (``data_stats["edge_frames"]``), see
+    Raises:
+        ValueError: not two ends, a negative count, ``lo > hi`` or a count that is not a whole number.
+    """
+    if isinstance(target, (str, bytes)) or len(target) != 2:
+        raise ValueError(f"edge target must give the start and the end, got {target!r}")
+    out = []
+    for end in target:
+        lo_hi = (end, end) if isinstance(end, (int, float, str, bytes)) else tuple(end)
+        if (len(lo_hi) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) for x in lo_hi)
+                or not 0 <= lo_hi[0] <= lo_hi[1]):
+            raise ValueError(f"edge target must be frame counts >= 0 or ranges (lo, hi) with 0 <= lo <= hi, "
+                             f"got {target!r}")
+        out.append((int(lo_hi[0]), int(lo_hi[1])))
+    return out[0], out[1]
+
+
+def edge_shift(waveform: torch.Tensor, target: Sequence[int | Sequence[int]],
+               threshold_db: float = EDGE_SILENCE_DB) -> tuple[int, int] | None:
+    """The change at each end that brings an utterance's silence before and after its speech into ``target``.
+
+    Silent frames are counted as by :func:`silent_edges`; each end's count is moved to the nearest value of
+    its target range (a count already in the range stays). The result is the ``(start, end)`` argument of
+    :func:`shift_edges` (> 0: frames to add, < 0: silent frames to remove), so no speech is ever removed. An
+    avsr addition (neither AV-HuBERT nor ESPnet has it): :class:`avsr.Transcriber` brings every input into the
+    middle half of the model's training utterances' edges (``data_stats["edge_frames"]``), see
     recipes/synthgrid/avsr1/RESULTS.md, "Silence at the edges".
 
     Args:
         waveform: (N,) float 16 kHz samples.
-        target: silent 40 ms frames wanted at the start and at the end, each >= 0.
+        target: per end (start, end) a count of silent 40 ms frames or a range ``(lo, hi)`` of them
+            (:func:`edge_ranges`).
         threshold_db: as :func:`silent_edges`.
 
     Returns:
@@ -263,33 +284,34 @@ def edge_shift(waveform: torch.Tensor, target: tuple[int, int],
         level), or it is all silent or empty.
 
     Raises:
-        ValueError: a negative target, a waveform that is not 1-D, a non-negative ``threshold_db``.
+        ValueError: a bad target (:func:`edge_ranges`), a waveform that is not 1-D, a non-negative
+            ``threshold_db``.
     """
-    if len(target) != 2 or min(target) < 0:
-        raise ValueError(f"edge target must be two frame counts >= 0, got {tuple(target)}")
+    (start_lo, start_hi), (end_lo, end_hi) = edge_ranges(target)
     start, end = silent_edges(waveform, threshold_db)
     power = _frame_power(waveform)
     if power.numel() == 0 or not float(power.max()) > 0.0:
         return None
     if not float(power.min()) <= float(power.max()) * 10.0 ** (-EDGE_RANGE_DB / 10.0):
         return None
-    return int(target[0]) - start, int(target[1]) - end
+    return min(max(start, start_lo), start_hi) - start, min(max(end, end_lo), end_hi) - end
 
 
-def median_silent_edges(waveforms: Iterable[torch.Tensor], threshold_db: float = EDGE_SILENCE_DB
-                        ) -> tuple[int, int] | None:
-    """The median silent frames (:func:`silent_edges`) at the start and at the end of utterances.
+def silent_edge_quartiles(waveforms: Iterable[torch.Tensor], threshold_db: float = EDGE_SILENCE_DB
+                          ) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The middle half of the silent frames (:func:`silent_edges`) at the start and at the end of utterances.
 
     Only utterances with at least one silent frame count (those :func:`edge_shift` can place). The trainer
-    records it as ``data_stats["edge_frames"]``, the edges :class:`avsr.Transcriber` gives every input.
+    records it as ``data_stats["edge_frames"]``, the range :class:`avsr.Transcriber` brings every input into.
 
     Args:
         waveforms: (N,) float 16 kHz waveforms.
         threshold_db: as :func:`silent_edges`.
 
     Returns:
-        ``(start, end)`` whole frames (the lower median of each), or None when no utterance has a silent
-        frame.
+        ``((start_q1, start_q3), (end_q1, end_q3))``: the first and third quartiles in whole frames (the
+        values at ranks ``floor(0.25 (n - 1))`` and ``ceil(0.75 (n - 1))`` of the sorted counts), or None when
+        no utterance has a silent frame.
     """
     starts, ends = [], []
     for wav in waveforms:
@@ -299,7 +321,11 @@ def median_silent_edges(waveforms: Iterable[torch.Tensor], threshold_db: float =
             ends.append(-shift[1])
     if not starts:
         return None
-    return statistics.median_low(starts), statistics.median_low(ends)
+    n = len(starts)
+    lo, hi = math.floor(0.25 * (n - 1)), math.ceil(0.75 * (n - 1))
+    starts.sort()
+    ends.sort()
+    return (starts[lo], starts[hi]), (ends[lo], ends[hi])
 
 
 def own_silence(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) -> torch.Tensor | None:

@@ -63,6 +63,7 @@ from avsr.features import (
     SAMPLES_PER_FRAME,
     avhubert_audio_features,
     crop_video,
+    edge_ranges,
     edge_shift,
     normalize_video,
     own_silence,
@@ -306,9 +307,26 @@ def pause_cuts(activity: torch.Tensor, max_frames: int, min_fraction: float = 0.
     return cuts
 
 
-def parse_edge_frames(text: str) -> tuple[int, int] | str | None:
+#: the edges of :class:`Transcriber`: per end (start, end) the range ``(lo, hi)`` of silent 40 ms frames.
+EdgeRanges = tuple[tuple[int, int], tuple[int, int]]
+
+
+def _edge_ranges(value: Any, what: str) -> EdgeRanges:
+    """:func:`avsr.features.edge_ranges` with the ``MAX_EDGE_FRAMES`` limit; ValueError naming ``what``."""
+    try:
+        ranges = edge_ranges(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be (start, end) with each a count of 40 ms frames or a range "
+                         f"(lo, hi), 0 <= lo <= hi <= {MAX_EDGE_FRAMES}, got {value!r}") from None
+    if max(ranges[0][1], ranges[1][1]) > MAX_EDGE_FRAMES:
+        raise ValueError(f"{what} must be at most {MAX_EDGE_FRAMES} frames at each end, got {value!r}")
+    return ranges
+
+
+def parse_edge_frames(text: str) -> EdgeRanges | str | None:
     """The ``edge_frames`` of :meth:`Transcriber.from_pretrained` from a command-line value: ``model`` (the
-    model's training edges), ``off`` (None: inputs as given) or ``START,END`` (silent 40 ms frames).
+    model's training edges), ``off`` (None: inputs as given), or ``START,END`` with each a count of silent
+    40 ms frames (``5,4``) or a range ``LO-HI`` (``4-6,3-5``).
 
     Raises:
         ValueError: anything else (the value named).
@@ -316,21 +334,23 @@ def parse_edge_frames(text: str) -> tuple[int, int] | str | None:
     text = text.strip()
     if text in ("model", "off"):
         return None if text == "off" else text
-    parts = text.split(",")
     try:
-        start, end = (int(x) for x in parts)
+        ends = [tuple(int(x) for x in part.split("-")) for part in text.split(",")]
+        value = [e[0] if len(e) == 1 else e for e in ends]
     except ValueError:
-        raise ValueError(f"edge frames must be 'model', 'off' or START,END (40 ms frames), got "
-                         f"{text!r}") from None
-    if not (0 <= start <= MAX_EDGE_FRAMES and 0 <= end <= MAX_EDGE_FRAMES):
-        raise ValueError(f"edge frames must be in 0..{MAX_EDGE_FRAMES}, got {text!r}")
-    return start, end
+        value = None
+    if value is None or any(len(e) > 2 for e in ends):
+        raise ValueError(f"edge frames must be 'model', 'off' or START,END with each a count of 40 ms frames "
+                         f"or a range LO-HI, got {text!r}")
+    return _edge_ranges(value, "edge frames")
 
 
-def model_edge_frames(source: PathLike, average_nbest: int = 5) -> tuple[int, int] | None:
-    """The silent edges (frames at the start and end) of a model's training audio, as its trainer recorded
-    them (``data_stats["edge_frames"]``), or None (not recorded: official checkpoints, avsr models trained
-    before 2026-11-26, video-only training). ``source`` as :meth:`Transcriber.from_pretrained`.
+def model_edge_frames(source: PathLike, average_nbest: int = 5) -> EdgeRanges | None:
+    """The silent edges of a model's training audio as its trainer recorded them
+    (``data_stats["edge_frames"]``: the first to third quartile of the silent frames at the start and at the
+    end), or None (not recorded:
+    official checkpoints, avsr models trained before 2026-11-26, video-only training). ``source`` as
+    :meth:`Transcriber.from_pretrained`.
 
     Raises:
         FileNotFoundError: no such directory/file or no checkpoint in it;
@@ -343,8 +363,14 @@ def model_edge_frames(source: PathLike, average_nbest: int = 5) -> tuple[int, in
         stats = read_checkpoint(source).data_stats or {}
     else:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
+    return _stats_edges(stats)
+
+
+def _stats_edges(stats: Mapping[str, Any]) -> EdgeRanges | None:
+    """The edges of a checkpoint's ``data_stats`` (ranges, or single counts as written on 2026-11-26)."""
     edges = stats.get("edge_frames")
-    return (int(edges[0]), int(edges[1])) if edges else None
+    return _edge_ranges([e if isinstance(e, int) else tuple(e) for e in edges], "data_stats edge_frames") \
+        if edges else None
 
 
 class Transcriber:
@@ -366,11 +392,12 @@ class Transcriber:
             scores, word times offset); None: never cut.
         train_max_s: the longest utterance the model was trained on, in seconds (from the checkpoint, when
             the trainer recorded it); a longer input that is not cut gets a warning (``info["warning"]``).
-        edge_frames: ``(start, end)``: give every input this many silent 40 ms frames before and after its
-            speech (:func:`avsr.features.edge_shift`: silent frames beyond them removed, missing ones added
-            as copies of the input's own silence, :func:`avsr.features.own_silence`, the video's edge frame
-            repeated), the edges of the model's training
-            utterances (``data_stats["edge_frames"]``, see :meth:`from_pretrained`); a model trained on
+        edge_frames: ``(start, end)``, each a count of silent 40 ms frames or a range ``(lo, hi)`` of them:
+            bring every input's silence before and after its speech into it (:func:`avsr.features.edge_shift`:
+            silent frames beyond ``hi`` removed, frames missing to ``lo`` added as copies of the input's own
+            silence, :func:`avsr.features.own_silence`, the video's edge frame repeated), normally the middle
+            half of the edges of the model's training utterances (``data_stats["edge_frames"]``, see
+            :meth:`from_pretrained`); a model trained on
             utterances with regular pauses at their ends reads the words by them (recipes/synthgrid/avsr1/
             RESULTS.md, "Silence at the edges"). The edges are found in the audio as decoded (noise mixed
             in; for a video-only decode, the item's audio with the same noise, read only for this); audio
@@ -394,18 +421,12 @@ class Transcriber:
         batch_frames: int = 3000,
         max_segment_s: float | None = None,
         train_max_s: float | None = None,
-        edge_frames: Sequence[int] | None = None,
+        edge_frames: Sequence[int | Sequence[int]] | None = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-        if edge_frames is not None:
-            if (isinstance(edge_frames, (str, bytes)) or len(edge_frames) != 2
-                    or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_EDGE_FRAMES
-                               for x in edge_frames)):
-                raise ValueError(f"edge_frames must be two whole numbers of 40 ms frames in "
-                                 f"0..{MAX_EDGE_FRAMES} (start, end), got {edge_frames!r}")
-            edge_frames = (int(edge_frames[0]), int(edge_frames[1]))
-        self.edge_frames: tuple[int, int] | None = edge_frames
+        self.edge_frames: EdgeRanges | None = (
+            _edge_ranges(edge_frames, "edge_frames") if edge_frames is not None else None)
         if max_segment_s is not None and max_segment_s * FPS < 2 * MIN_FRAMES:
             raise ValueError(f"max_segment_s must be at least {2 * MIN_FRAMES / FPS} s, got {max_segment_s}")
         self.device = torch.device(device)
@@ -441,7 +462,7 @@ class Transcriber:
         precision: str = "fp32",
         batch_frames: int = 3000,
         max_segment_s: float | None = None,
-        edge_frames: Sequence[int] | str | None = "model",
+        edge_frames: Sequence[int | Sequence[int]] | str | None = "model",
     ) -> Transcriber:
         """A transcriber for an experiment directory or a checkpoint file.
 
@@ -454,9 +475,9 @@ class Transcriber:
             bpemodel: the sentencepiece model (see ``source``).
             device, decode_config, precision, batch_frames, max_segment_s: as the class.
             average_nbest: checkpoints averaged from an experiment directory.
-            edge_frames: as the class, or ``"model"``: the median silent edges of the model's training audio,
-                from the checkpoint's ``data_stats`` when the trainer recorded them (avsr models trained
-                since 2026-11-26), else None (official checkpoints: inputs as given).
+            edge_frames: as the class, or ``"model"``: the first to third quartile of the silent edges of the
+                model's training audio, from the checkpoint's ``data_stats`` when the trainer recorded them
+                (avsr models trained since 2026-11-26), else None (official checkpoints: inputs as given).
 
         The longest training utterance (``train_max_s`` of the class) comes from the checkpoint's
         ``data_stats`` when the trainer recorded it.
@@ -489,10 +510,10 @@ class Transcriber:
         if isinstance(edge_frames, str):
             if edge_frames != "model":
                 raise ValueError(f"edge_frames must be 'model', None or (start, end), got {edge_frames!r}")
-            edge_frames = tuple(stats["edge_frames"]) if stats.get("edge_frames") else None
+            edge_frames = _stats_edges(stats)
             if edge_frames is not None:
-                logger.info("inputs get the silent edges of the training audio: %d and %d frames (40 ms)",
-                            *edge_frames)
+                logger.info("inputs get the silent edges of the training audio: %d-%d frames (40 ms) before "
+                            "the speech, %d-%d after", *edge_frames[0], *edge_frames[1])
         return cls(model, tokenizer, decode_config, device, precision, batch_frames, max_segment_s,
                    train_max_s, edge_frames)
 

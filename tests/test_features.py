@@ -11,15 +11,16 @@ from avsr.features import (
     avhubert_audio_features,
     crop_video,
     edge_index,
+    edge_ranges,
     edge_shift,
     freq_mask,
     logfbank,
-    median_silent_edges,
     mel_filterbank,
     mfcc_features,
     normalize_video,
     own_silence,
     shift_edges,
+    silent_edge_quartiles,
     silent_edges,
     speed_perturb,
     stack_frames,
@@ -178,19 +179,23 @@ def test_edge_shift_gives_the_target_edges_and_never_cuts_speech():
     wav = torch.cat([torch.zeros(640 * 9), speech, torch.zeros(640 * 2)])
     assert edge_shift(wav, (5, 4)) == (-4, 2)  # 9 silent frames at the start -> 5; 2 at the end -> 4
     assert edge_shift(wav, (9, 2)) == (0, 0)
+    assert edge_shift(wav, ((4, 6), (3, 5))) == (-3, 1)  # into a range: to its nearest end
+    assert edge_shift(wav, ((4, 10), (1, 5))) == (0, 0)  # already in it: kept
+    assert edge_ranges((5, (3, 4))) == ((5, 5), (3, 4))
     tight = torch.cat([speech[:640 * 5], torch.zeros(640), speech[640 * 5:]])  # a pause inside only
     assert edge_shift(tight, (5, 4)) == (5, 4)  # speech up to both ends: every frame added
     assert edge_shift(speech, (5, 4)) is None  # no silent frame anywhere (noise throughout): not found
     assert edge_shift(torch.zeros(640 * 5), (5, 4)) is None and edge_shift(torch.zeros(10), (1, 1)) is None
     out, _ = shift_edges(wav, None, *edge_shift(wav, (5, 4)))
     assert silent_edges(out) == (5, 4) and torch.equal(out[640 * 5: 640 * 15], speech)
-    with pytest.raises(ValueError, match="target"):
-        edge_shift(wav, (-1, 2))
-    # the median over utterances that have a silent frame (the trainer's data_stats["edge_frames"])
-    waves = [torch.cat([torch.zeros(640 * a), speech, torch.zeros(640 * b)])
-             for a, b in ((2, 1), (6, 3), (4, 7))]
-    assert median_silent_edges(waves + [speech]) == (4, 3)
-    assert median_silent_edges([speech, speech]) is None and median_silent_edges([]) is None
+    for bad in ((-1, 2), (1,), ((3, 2), 1), (1.5, 2), "ab"):
+        with pytest.raises(ValueError, match="target"):
+            edge_shift(wav, bad)
+    # the middle half over utterances that have a silent frame (the trainer's data_stats["edge_frames"])
+    pairs = ((2, 1), (6, 3), (4, 7), (3, 0), (5, 2))
+    waves = [torch.cat([torch.zeros(640 * a), speech, torch.zeros(640 * b)]) for a, b in pairs]
+    assert silent_edge_quartiles(waves + [speech]) == ((3, 5), (1, 3))  # ranks 1 and 3 of 5, sorted
+    assert silent_edge_quartiles([speech, speech]) is None and silent_edge_quartiles([]) is None
 
 
 def test_own_silence_is_the_recordings_quiet_frames_and_pads_the_edges():

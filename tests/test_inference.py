@@ -387,8 +387,12 @@ def test_inputs_get_the_models_training_edges_in_sync_and_keep_their_time_line(e
     assert noisy.tokens == off(audio=wav, noise=env["noise"], snr_db=0.0, key="x").tokens
     assert "no audio" in on(video=frames).info["edges_note"]
     assert on(video=target_frames, audio=target_wav).info.get("edges_changed_frames") is None
-    with pytest.raises(ValueError, match="edge_frames"):
-        Transcriber(env["models"][0], env["tokenizer"], DECODE, edge_frames=(5, -1))
+    ranged = Transcriber(env["models"][0], env["tokenizer"], DECODE, edge_frames=((4, 6), (3, 5)))
+    assert ranged(video=frames, audio=wav).info["edges_changed_frames"] == [-3, 2]  # to 6 and 3
+    assert "edges_changed_frames" not in ranged(video=target_frames, audio=target_wav).info  # inside: kept
+    for bad in ((5, -1), (5, (4, 3)), (5, 51), "54"):
+        with pytest.raises(ValueError, match="edge_frames"):
+            Transcriber(env["models"][0], env["tokenizer"], DECODE, edge_frames=bad)
 
 
 def test_the_video_cache_keeps_each_change_of_the_edges_apart(env):
@@ -410,19 +414,21 @@ def test_from_pretrained_takes_the_edges_its_trainer_recorded(env, tmp_path):
     from avsr.inference import model_edge_frames, parse_edge_frames
 
     ckpt = torch.load(env["exp"] / "epoch2.pt", weights_only=False)
-    ckpt["data_stats"] = {"max_frames": 60, "num_utts": 4, "edge_frames": [6, 3]}
+    ckpt["data_stats"] = {"max_frames": 60, "num_utts": 4, "edge_frames": [[4, 6], [3, 5]]}
     exp = tmp_path / "exp"
     exp.mkdir()
     save_atomic(ckpt, exp / "epoch2.pt")
     (exp / "bpe.model").write_bytes((env["exp"] / "bpe.model").read_bytes())
-    assert model_edge_frames(exp) == (6, 3) and model_edge_frames(env["exp"]) is None
-    assert Transcriber.from_pretrained(exp, decode_config=DECODE).edge_frames == (6, 3)
+    assert model_edge_frames(exp) == ((4, 6), (3, 5)) and model_edge_frames(env["exp"]) is None
+    assert Transcriber.from_pretrained(exp, decode_config=DECODE).edge_frames == ((4, 6), (3, 5))
     assert Transcriber.from_pretrained(exp, decode_config=DECODE, edge_frames=None).edge_frames is None
-    assert Transcriber.from_pretrained(exp, decode_config=DECODE, edge_frames=(2, 2)).edge_frames == (2, 2)
+    assert Transcriber.from_pretrained(exp, decode_config=DECODE, edge_frames=(2, 2)).edge_frames == (
+        (2, 2), (2, 2))
     assert Transcriber.from_pretrained(env["exp"], decode_config=DECODE).edge_frames is None
     assert parse_edge_frames("model") == "model" and parse_edge_frames("off") is None
-    assert parse_edge_frames(" 5,4 ") == (5, 4)
-    for bad in ("5", "a,b", "5,4,3", "-1,2", "51,0"):
+    assert parse_edge_frames(" 5,4 ") == ((5, 5), (4, 4))
+    assert parse_edge_frames("4-6,3") == ((4, 6), (3, 3))
+    for bad in ("5", "a,b", "5,4,3", "-1,2", "51,0", "6-4,3", "1-2-3,4"):
         with pytest.raises(ValueError, match="edge frames"):
             parse_edge_frames(bad)
 
@@ -466,7 +472,7 @@ def test_the_decoding_stage_gives_the_training_edges_and_decodes_video_in_every_
             "--noise-file", str(env["noise"]), "--snrs", "0", "--edge-frames", "5,4"]
     assert decode(args) == 0
     settings = yaml.safe_load((tmp_path / "dec/t/video/decode_settings.yaml").read_text())
-    assert settings["edge_frames"] == [5, 4]
+    assert settings["edge_frames"] == [[5, 5], [4, 4]]
     tr = Transcriber.from_pretrained(env["exp"], decode_config=DECODE)  # each condition: the clean edges
     stored = read_video(tmp_path / "e.mp4")  # H.264: not the frames written
     index = torch.arange(4, stored.shape[0] + 3).clamp(max=stored.shape[0] - 1)  # 4 frames cut, 3 added

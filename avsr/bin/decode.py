@@ -82,7 +82,7 @@ def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> 
     }
     edges = model_edge_frames(source, args.average_nbest) if args.edge_frames == "model" else args.edge_frames
     if edges is not None:  # recorded only when inputs are changed: earlier results stay valid
-        settings["edge_frames"] = list(edges)
+        settings["edge_frames"] = [list(edges[0]), list(edges[1])]
     return settings
 
 
@@ -133,9 +133,9 @@ def main(argv: list[str] | None = None) -> int | None:
                    help="decode anew into a directory holding results made with other settings")
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="encoder precision")
     p.add_argument("--edge-frames", default="model",
-                   help="silent 40 ms frames each utterance gets before and after its speech (the "
-                   "Transcriber's edge_frames): 'model' (those of the training audio, when the checkpoint "
-                   "records them), 'off', or START,END")
+                   help="silent 40 ms frames before and after each utterance's speech (the Transcriber's "
+                   "edge_frames): 'model' (the middle half of the training audio's, when the checkpoint "
+                   "records them), 'off', or START,END, each a count or a range LO-HI")
     p.add_argument("--ngpu", type=int, default=0)
     p.add_argument("--num-threads", type=int, default=1,
                    help="CPU threads (the beam search's small tensor ops run fastest on 1; run modalities in "

@@ -106,8 +106,9 @@ def main(argv: list[str] | None = None) -> int | None:
                    f"records it, else {DEFAULT_SEGMENT_S:g} s; 0: never cut (a warning for inputs longer "
                    "than the training range)")
     p.add_argument("--edge-frames", default="model",
-                   help="silent 40 ms frames each input gets before and after its speech: 'model' (those of "
-                   "the model's training audio, when its checkpoint records them), 'off', or START,END")
+                   help="silent 40 ms frames before and after each input's speech: 'model' (the middle half "
+                   "of the model's training audio's, when its checkpoint records them), 'off', or START,END, "
+                   "each a count or a range LO-HI")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="encoder precision")
     p.add_argument("--num-threads", type=int, default=1, help="CPU threads")

@@ -34,7 +34,7 @@ from avsr.data.dataset import (
 )
 from avsr.data.media import MediaError, read_wav
 from avsr.encoder import AVHubertEncoder
-from avsr.features import median_silent_edges
+from avsr.features import silent_edge_quartiles
 from avsr.nn.precision import autocast_context, check_precision, flush_denormal
 from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
 from avsr.train.curves import TrainingCurves
@@ -342,14 +342,15 @@ def _dist_info() -> tuple[int, int, int]:
 
 
 
-#: at most this many training utterances are read for the median silent edges of ``data_stats``.
+#: at most this many training utterances are read for the silent edges of ``data_stats``.
 EDGE_SAMPLE = 1000
 
 
-def _training_edges(train_set: AVDataset) -> tuple[int, int] | None:
-    """Median silent 40 ms frames at the start and end of the training audio
-    (:func:`avsr.features.median_silent_edges` over at most ``EDGE_SAMPLE`` utterances spread over the set),
-    or None without audio. A file that cannot be read is left out here (the loader names it)."""
+def _training_edges(train_set: AVDataset) -> tuple[tuple[int, int], tuple[int, int]] | None:
+    """The middle half (first to third quartile) of the silent 40 ms frames at the start and at the end of the
+    training audio (:func:`avsr.features.silent_edge_quartiles` over at most ``EDGE_SAMPLE`` utterances
+    spread over the set), or None without audio. A file that cannot be read is left out here (the loader
+    names it)."""
     if "audio" not in train_set.modalities or not train_set.utts:
         return None
     step = max(1, len(train_set.utts) // EDGE_SAMPLE)
@@ -362,8 +363,9 @@ def _training_edges(train_set: AVDataset) -> tuple[int, int] | None:
                 continue
 
     t0 = time.time()
-    edges = median_silent_edges(waves())
-    logger.info("training audio: median silent edges %s frames (start, end) over %d utterances, %.1f s",
+    edges = silent_edge_quartiles(waves())
+    logger.info("training audio: silent edges %s frames (start, end; first to third quartile) over %d "
+                "utterances, %.1f s",
                 edges, len(train_set.utts[::step]), time.time() - t0)
     return edges
 
@@ -421,8 +423,8 @@ class Trainer:
         # what inference needs to know of the training data (the Transcriber's warning and segmentation)
         self.data_stats = {"max_frames": max(lengths, default=0), "num_utts": len(lengths)}
         edges = _training_edges(train_set)
-        if edges is not None:  # the edges the Transcriber gives every input (avsr.features.edge_shift)
-            self.data_stats["edge_frames"] = list(edges)
+        if edges is not None:  # the edges the Transcriber brings every input into (avsr.features.edge_shift)
+            self.data_stats["edge_frames"] = [list(edges[0]), list(edges[1])]
         buckets = BucketBatchSampler(
             lengths,
             cfg.batch_frames,
