@@ -22,7 +22,9 @@ Inputs, per utterance (:class:`TranscribeItem`):
 From the raw media on, everything is the recipe's: AV-HuBERT's stacked log filterbanks (``(T, 104)`` at
 25 Hz, padded or cut to the video's frame count), the 88x88 centre crop of the ROI normalised with mean
 0.421 and std 0.165, noise mixed at an SNR with the segment chosen by the utterance's key (as the recipe's
-test conditions), length-bucketed batches, and :meth:`avsr.models.asr.AVSRModel.decode_with_ctc`.
+test conditions), the silence before and after the speech brought into the range of the model's training
+audio where the audio shows it (``edge_frames``), length-bucketed batches, and
+:meth:`avsr.models.asr.AVSRModel.decode_with_ctc`.
 """
 
 from __future__ import annotations
