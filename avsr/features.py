@@ -221,12 +221,21 @@ def silent_edges(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) 
     Raises:
         ValueError: ``waveform`` is not 1-D or ``threshold_db`` is not negative.
     """
+    return _silent_edges_of(_edge_power(waveform, threshold_db), threshold_db)
+
+
+def _edge_power(waveform: torch.Tensor, threshold_db: float) -> torch.Tensor:
+    """:func:`_frame_power` of a waveform checked for :func:`silent_edges` (ValueError otherwise)."""
     if waveform.dim() != 1:
         raise ValueError(f"silent_edges expects a (N,) waveform, got shape {tuple(waveform.shape)}")
     if not threshold_db < 0:
         raise ValueError(f"silent_edges threshold must be negative (dB below the loudest frame), got "
                          f"{threshold_db}")
-    power = _frame_power(waveform)
+    return _frame_power(waveform)
+
+
+def _silent_edges_of(power: torch.Tensor, threshold_db: float) -> tuple[int, int]:
+    """:func:`silent_edges` from the frame powers ``(n,)`` of :func:`_frame_power`."""
     n = power.numel()
     if n == 0:
         return 0, 0
@@ -239,6 +248,14 @@ def silent_edges(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) 
     if loud.numel() == 0:  # less than 10 dB between the loudest and the quietest frame
         return 0, 0
     return int(loud[0]), n - 1 - int(loud[-1])
+
+
+def _spans_edge_range(power: torch.Tensor) -> bool:
+    """Whether the quietest of the frame powers ``(n,)`` is ``EDGE_RANGE_DB`` (40 dB) or more below the
+    loudest (the level then tells silence from speech); False for no frame or all-zero frames."""
+    if power.numel() == 0 or not float(power.max()) > 0.0:
+        return False
+    return float(power.min()) <= float(power.max()) * 10.0 ** (-EDGE_RANGE_DB / 10.0)
 
 
 def edge_ranges(target: Sequence[int | Sequence[int]]) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -288,12 +305,10 @@ def edge_shift(waveform: torch.Tensor, target: Sequence[int | Sequence[int]],
             ``threshold_db``.
     """
     (start_lo, start_hi), (end_lo, end_hi) = edge_ranges(target)
-    start, end = silent_edges(waveform, threshold_db)
-    power = _frame_power(waveform)
-    if power.numel() == 0 or not float(power.max()) > 0.0:
+    power = _edge_power(waveform, threshold_db)
+    if not _spans_edge_range(power):
         return None
-    if not float(power.min()) <= float(power.max()) * 10.0 ** (-EDGE_RANGE_DB / 10.0):
-        return None
+    start, end = _silent_edges_of(power, threshold_db)
     return min(max(start, start_lo), start_hi) - start, min(max(end, end_lo), end_hi) - end
 
 
@@ -342,18 +357,16 @@ def own_silence(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) -
     Returns:
         (640 * k,) samples, k >= 1, or None.
     """
-    start, end = silent_edges(waveform, threshold_db)
+    power = _edge_power(waveform, threshold_db)
+    start, end = _silent_edges_of(power, threshold_db)
     if start:
         return waveform[: SAMPLES_PER_FRAME * start]
+    n = power.numel()
     if end:
-        n = waveform.numel() // SAMPLES_PER_FRAME
         return waveform[SAMPLES_PER_FRAME * (n - end): SAMPLES_PER_FRAME * n]
-    power = _frame_power(waveform)
-    if power.numel() == 0 or not float(power.max()) > 0.0:
+    if not _spans_edge_range(power):
         return None
     quiet = int(power.argmin())
-    if not float(power[quiet]) <= float(power.max()) * 10.0 ** (-EDGE_RANGE_DB / 10.0):
-        return None
     return waveform[SAMPLES_PER_FRAME * quiet: SAMPLES_PER_FRAME * (quiet + 1)]
 
 
@@ -399,17 +412,17 @@ def shift_edges(
             raise ValueError(f"shifting the edges by {start} and {end} frames leaves nothing of a "
                              f"{waveform.numel()}-sample waveform")
         wav = waveform[cut_start: waveform.numel() - cut_end]
-        if (start > 0 or end > 0) and silence is not None:
-            if silence.dim() != 1 or silence.numel() == 0:
-                raise ValueError(f"silence must be (M,) samples with M > 0, got shape {tuple(silence.shape)}")
-            pad = [silence.to(waveform.dtype).repeat(math.ceil(SAMPLES_PER_FRAME * k / silence.numel()))
-                   [: SAMPLES_PER_FRAME * k] for k in (max(0, start), max(0, end))]
-            wav = torch.cat([pad[0], wav, pad[1]])
-        elif start > 0 or end > 0:
-            power = _frame_power(waveform)
-            floor = max(float(power.min()) ** 0.5, 1e-5) if power.numel() else 1e-5
-            pad = [torch.randn(SAMPLES_PER_FRAME * k, generator=generator).to(waveform.dtype) * floor
-                   for k in (max(0, start), max(0, end))]
+        added = [SAMPLES_PER_FRAME * max(0, start), SAMPLES_PER_FRAME * max(0, end)]  # samples at each end
+        if any(added):
+            if silence is not None:
+                if silence.dim() != 1 or silence.numel() == 0:
+                    raise ValueError(f"silence must be (M,) samples with M > 0, got shape "
+                                     f"{tuple(silence.shape)}")
+                pad = [silence.to(waveform.dtype).repeat(math.ceil(k / silence.numel()))[:k] for k in added]
+            else:
+                power = _frame_power(waveform)
+                floor = max(float(power.min()) ** 0.5, 1e-5) if power.numel() else 1e-5
+                pad = [torch.randn(k, generator=generator).to(waveform.dtype) * floor for k in added]
             wav = torch.cat([pad[0], wav, pad[1]])
         waveform = wav
     if video is not None:

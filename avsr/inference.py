@@ -755,8 +755,8 @@ class Transcriber:
         """``media`` (as read) whole, its edges changed (:meth:`_shifted`), or, longer than ``limit`` frames,
         cut at pauses (:func:`pause_cuts`) into pieces of at most ``limit`` frames, each given the edges of
         ``edge_frames`` of its own (pieces with audio)."""
-        whole = self._shifted(media)
-        if limit is None or whole.num_frames <= limit:
+        if limit is None or media.num_frames + sum(media.change or (0, 0)) <= limit:
+            whole = self._shifted(media)
             if self.train_max_s is not None and whole.num_frames > self.train_max_s * FPS:
                 whole.info["warning"] = (
                     f"{whole.num_frames / FPS:.1f} s is longer than the longest training utterance "

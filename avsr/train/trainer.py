@@ -341,7 +341,6 @@ def _dist_info() -> tuple[int, int, int]:
     return world, rank, local
 
 
-
 #: at most this many training utterances are read for the silent edges of ``data_stats``.
 EDGE_SAMPLE = 1000
 
@@ -353,10 +352,10 @@ def _training_edges(train_set: AVDataset) -> tuple[tuple[int, int], tuple[int, i
     names it)."""
     if "audio" not in train_set.modalities or not train_set.utts:
         return None
-    step = max(1, len(train_set.utts) // EDGE_SAMPLE)
+    sample = train_set.utts[:: math.ceil(len(train_set.utts) / EDGE_SAMPLE)]
 
     def waves():
-        for u in train_set.utts[::step]:
+        for u in sample:
             try:
                 yield read_wav(u.wav)
             except (MediaError, OSError, TypeError):
@@ -365,8 +364,7 @@ def _training_edges(train_set: AVDataset) -> tuple[tuple[int, int], tuple[int, i
     t0 = time.time()
     edges = silent_edge_quartiles(waves())
     logger.info("training audio: silent edges %s frames (start, end; first to third quartile) over %d "
-                "utterances, %.1f s",
-                edges, len(train_set.utts[::step]), time.time() - t0)
+                "utterances, %.1f s", edges, len(sample), time.time() - t0)
     return edges
 
 
