@@ -523,6 +523,42 @@ class AVHubertEncoder(nn.Module):
             video = video.masked_fill(padding_mask[:, None, :, None, None], 0.0)
         return self._front_end(self.feature_extractor_video, video)
 
+    def _audio_front_end(self, audio: torch.Tensor, padding_mask: torch.Tensor | None) -> torch.Tensor:
+        """``(B, 104, T)`` audio features -> ``(B, D, T)`` audio front-end output (after ``audio_cmn``)."""
+        if self.config.audio_cmn:
+            audio = self._cmn(audio, padding_mask)
+        return self._front_end(self.feature_extractor_audio, audio)
+
+    def audio_gate_mean(self, audio: torch.Tensor, video_features: torch.Tensor,
+                        ilens: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Mean over each utterance's valid frames of the audio gate (``audio_gate``) that fusion applies to
+        this audio: ``(B,)`` float32 in (0, 1), or None when the encoder has no gate.
+
+        How far the fused input rests on the audio: near 1 on clean audio the model trusts, near 0 where it
+        falls back to the lips (babble). :meth:`avsr.models.AVSRModel.decode_with_ctc` scales the video-only
+        view's weight (``video_weight``) by it.
+
+        Args:
+            audio: ``(B, 104, T)`` float stacked log filterbanks (25 Hz).
+            video_features: ``(B, D, T)`` float, the video front-end's output (:meth:`encode_video`).
+            ilens: ``(B,)`` valid frames (None: all ``T``).
+
+        Raises:
+            ValueError: shapes that do not match (as :meth:`forward`).
+        """
+        if self.audio_gate is None:
+            return None
+        if audio.dim() != 3 or video_features.dim() != 3 or audio.shape[0] != video_features.shape[0] \
+                or audio.shape[2] != video_features.shape[2]:
+            raise ValueError(f"audio (B, F, T) and video_features (B, D, T) must agree in B and T, got "
+                             f"{tuple(audio.shape)} and {tuple(video_features.shape)}")
+        b, t = audio.shape[0], audio.shape[2]
+        if ilens is None:
+            ilens = torch.full((b,), t, dtype=torch.long, device=audio.device)
+        padding_mask = self._padding_mask(ilens, t)
+        gate = self.audio_gate(self._audio_front_end(audio, padding_mask), video_features, padding_mask)
+        return valid_mean(gate.float(), padding_mask)[:, 0, 0]
+
     def encode_video(self, video: torch.Tensor, ilens: torch.Tensor | None = None) -> torch.Tensor:
         """The video front-end's output alone, as :meth:`forward` computes it: ``(B, D, T)`` float.
 
@@ -553,9 +589,7 @@ class AVHubertEncoder(nn.Module):
             audio, video = self._modality_dropout(audio, video)
         feats_audio, feats_video = None, video_features
         if audio is not None:
-            if self.config.audio_cmn:
-                audio = self._cmn(audio, padding_mask)
-            feats_audio = self._front_end(self.feature_extractor_audio, audio)  # (B, D, T)
+            feats_audio = self._audio_front_end(audio, padding_mask)  # (B, D, T)
         if video is not None and video_features is None:
             feats_video = self._video_front_end(video, padding_mask)  # (B, D, T)
         if feats_audio is None:

@@ -77,7 +77,7 @@ from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_ch
 
 __all__ = [
     "MODALITY_INPUTS", "InferenceError", "Transcript", "TranscribeItem", "Transcriber", "frame_energy_db",
-    "frame_motion", "model_edge_frames", "parse_edge_frames", "pause_cuts",
+    "frame_motion", "model_edge_frames", "model_video_weight", "parse_edge_frames", "pause_cuts",
 ]
 
 logger = logging.getLogger("avsr.inference")
@@ -358,14 +358,35 @@ def model_edge_frames(source: PathLike, average_nbest: int = 5) -> EdgeRanges | 
         FileNotFoundError: no such directory/file or no checkpoint in it;
         avsr.compat.CheckpointError: an unreadable checkpoint file.
     """
+    return _stats_edges(_checkpoint_head(source, average_nbest)[0])
+
+
+def model_video_weight(source: PathLike, average_nbest: int = 5) -> float:
+    """The ``video_weight`` that a search config leaving it None gives this model
+    (:meth:`avsr.models.AVSRModel.default_video_weight`: 1.0 with an audio gate, else 0), read from the
+    checkpoint's model configuration without building the model. ``source`` as
+    :meth:`Transcriber.from_pretrained`.
+
+    Raises:
+        as :func:`model_edge_frames`.
+    """
+    config = _checkpoint_head(source, average_nbest)[1] or {}
+    encoder_conf = config.get("encoder_conf") or {}
+    return 1.0 if encoder_conf.get("audio_gate") else 0.0
+
+
+def _checkpoint_head(source: PathLike, average_nbest: int
+                     ) -> tuple[Mapping[str, Any], Mapping[str, Any] | None]:
+    """``(data_stats, model_config)`` of the first checkpoint ``source`` names (an experiment directory's
+    best, or a file)."""
     source = Path(source)
     if source.is_dir():
-        stats = load_checkpoint(best_checkpoints(source, average_nbest)[0]).get("data_stats") or {}
-    elif source.is_file():
-        stats = read_checkpoint(source).data_stats or {}
-    else:
-        raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
-    return _stats_edges(stats)
+        first = load_checkpoint(best_checkpoints(source, average_nbest)[0])
+        return first.get("data_stats") or {}, first.get("model_config")
+    if source.is_file():
+        loaded = read_checkpoint(source)
+        return loaded.data_stats or {}, loaded.model_config
+    raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
 
 
 def _stats_edges(stats: Mapping[str, Any]) -> EdgeRanges | None:

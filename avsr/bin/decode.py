@@ -49,7 +49,14 @@ from avsr.config import config_path, parse_yaml, to_dict
 from avsr.data.datadir import read_datadir, write_kaldi_map
 from avsr.decode.beam_search import DecodeConfig
 from avsr.fileio import remove_stale_tmp, write_text_atomic
-from avsr.inference import MODALITY_INPUTS, PRECISIONS, Transcriber, model_edge_frames, parse_edge_frames
+from avsr.inference import (
+    MODALITY_INPUTS,
+    PRECISIONS,
+    Transcriber,
+    model_edge_frames,
+    model_video_weight,
+    parse_edge_frames,
+)
 from avsr.train.checkpoint import best_checkpoints
 
 logger = logging.getLogger("avsr.decode")
@@ -72,17 +79,24 @@ def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> 
         checkpoints = [_file_id(source)]
     else:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
+    decode = to_dict(DecodeConfig.from_yaml(config_path(args.decode_config, "decode")))
+    video_weight = decode.pop("video_weight")  # recorded below only where it changes the hypotheses
     settings = {
         "model": str(source.resolve()),
         "checkpoints": checkpoints,
         "bpemodel": str(bpemodel.resolve()) if bpemodel is not None and bpemodel.is_file() else None,
-        "decode_config": to_dict(DecodeConfig.from_yaml(config_path(args.decode_config, "decode"))),
+        "decode_config": decode,
         "data": str(args.data.resolve()),
         "precision": args.precision,
     }
     edges = model_edge_frames(source, args.average_nbest) if args.edge_frames == "model" else args.edge_frames
     if edges is not None:  # recorded only when inputs are changed: earlier results stay valid
         settings["edge_frames"] = [list(edges[0]), list(edges[1])]
+    if "audiovisual" in args.modalities and decode.get("search", "espnet") == "espnet":
+        if video_weight is None:
+            video_weight = model_video_weight(source, args.average_nbest)
+        if video_weight > 0:  # audio-visual results only (see main)
+            settings["video_weight"] = video_weight
     return settings
 
 
@@ -172,7 +186,8 @@ def main(argv: list[str] | None = None) -> int | None:
     transcriber: Transcriber | None = None
     for modality in args.modalities:
         out_mod = args.out / test_set / modality
-        _claim(out_mod, settings, args.overwrite, sorted(out_mod.glob("*/hyp")))
+        mod_settings = {k: v for k, v in settings.items() if k != "video_weight" or modality == "audiovisual"}
+        _claim(out_mod, mod_settings, args.overwrite, sorted(out_mod.glob("*/hyp")))
         video_hyps: dict[str, str] | None = None
         video_failed: dict[str, str] = {}
         # with the model's training edges (found in the audio as mixed for each condition: a noisy recording

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -45,6 +45,7 @@ from avsr.compat.safe_load import CheckpointError
 from avsr.config import ConfigError, check_keys, config_path, from_dict, load_yaml, to_dict
 from avsr.decode.beam_search import DecodeConfig, batch_beam_search
 from avsr.decode.hypothesis import Hypothesis
+from avsr.decode.rescore import rescore_with_view, sequence_scores
 from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
 from avsr.nn.decoder import TransformerDecoder, TransformerDecoderConfig
 from avsr.nn.precision import fp32_context
@@ -521,8 +522,16 @@ class AVSRModel(nn.Module):
         }
         return loss, stats
 
+    def default_video_weight(self) -> float:
+        """The ``video_weight`` of a search config that leaves it None: 1.0 for a model with an audio gate
+        (chosen for the SynthGRID default on festival development data, recipes/synthgrid/avsr1/RESULTS.md,
+        "The video-only view in the final ranking"), else 0 (AV-HuBERT's models: one search, as the
+        original)."""
+        return 1.0 if getattr(self.encoder, "audio_gate", None) is not None else 0.0
+
     def default_decode_options(self) -> dict[str, Any]:
-        """Search options used when :meth:`decode` gets no config: :class:`DecodeConfig`'s defaults, with
+        """Search options used when :meth:`decode` gets no config: :class:`DecodeConfig`'s defaults
+        (``video_weight`` None: :meth:`default_video_weight` at search time), with
         ``ctc_weight`` 1.0 for a CTC-only model and 0.0 for an attention-only one; for an attention-only model
         with fairseq ids (a converted AV-HuBERT seq2seq model), the original's decoding
         (``avhubert/conf/s2s_decode.yaml``: fairseq's beam search, beam 50, ``max_len_a`` 1.0, ``max_len_b``
@@ -580,14 +589,56 @@ class AVSRModel(nn.Module):
         was_training = self.training
         self.eval()
         try:
+            weight = self.video_weight(config) if audio is not None and (
+                video is not None or video_features is not None) else 0.0
+            if weight > 0 and video_features is None:  # computed once for both views
+                video_features, video = self.encoder.encode_video(video, lengths), None
             enc, enc_lens = self.encode(audio, video, lengths, video_features)
             ctc_logp = self.ctc_log_probs(enc)
             # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
             # (B, F, T) audio -- when audio is given, else the padded frame count (only max_len_a uses it)
             src_len = audio.shape[1] if audio is not None else enc.size(1)
-            return self.search(enc, enc_lens, config, ctc_logp, src_len), ctc_logp, enc_lens
+            if weight == 0:
+                return self.search(enc, enc_lens, config, ctc_logp, src_len), ctc_logp, enc_lens
+            return self._rescored(audio, video_features, lengths, config, weight, enc, enc_lens, ctc_logp,
+                                  src_len), ctc_logp, enc_lens
         finally:
             self.train(was_training)
+
+    def video_weight(self, config: DecodeConfig) -> float:
+        """``config.video_weight``, or :meth:`default_video_weight` when it is None (0 for the fairseq
+        search).
+
+        Raises:
+            ValueError: a weight > 0 for a model without an audio gate or a CTC head (names the key).
+        """
+        if config.search != "espnet":
+            return 0.0
+        weight = config.video_weight if config.video_weight is not None else self.default_video_weight()
+        if weight > 0 and getattr(self.encoder, "audio_gate", None) is None:
+            raise ValueError(f"video_weight {weight:g} needs a model with an audio gate "
+                             "(encoder_conf.audio_gate: true); set video_weight: 0 for this model")
+        return weight
+
+    def _rescored(self, audio: Tensor, video_features: Tensor, lengths: Tensor, config: DecodeConfig,
+                  weight: float, enc: Tensor, enc_lens: Tensor, ctc_logp: Tensor | None, src_len: int
+                  ) -> list[list[Hypothesis]]:
+        """The fused input's and the video-only view's beam searches (``beam_size`` hypotheses each), joined
+        and ranked by ``s_av + video_weight * gate * s_v`` (:func:`avsr.decode.rescore.rescore_with_view`)."""
+        wide = replace(config, nbest=config.beam_size)
+        nbest_av = self.search(enc, enc_lens, wide, ctc_logp, src_len)
+        enc_v, _ = self.encode(None, None, lengths, video_features)
+        ctc_v = self.ctc_log_probs(enc_v)
+        nbest_v = self.search(enc_v, enc_lens, wide, ctc_v, src_len)
+        gate = self.encoder.audio_gate_mean(audio, video_features, lengths)
+        ids = {"decoder": self.decoder, "ctc_weight": config.ctc_weight, "sos": self.sos, "eos": self.eos,
+               "blank": self.blank}
+
+        def scorer(e: Tensor, logp: Tensor | None):
+            return lambda cands, index: sequence_scores(cands, index, e, enc_lens, ctc_logp=logp, **ids)
+
+        return rescore_with_view(nbest_av, nbest_v, weight * gate.float(), scorer(enc, ctc_logp),
+                                 scorer(enc_v, ctc_v), penalty=config.penalty, nbest=config.nbest)
 
     def decode(
         self,

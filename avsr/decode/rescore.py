@@ -1,0 +1,161 @@
+"""Sequence scores of given hypotheses, and the rescoring of an audio-visual n-best list with the model's
+video-only view (``video_weight`` of :class:`avsr.decode.beam_search.DecodeConfig`).
+
+A hybrid CTC/attention model scores a token sequence ``y`` on an encoder output as the joint beam search does
+at its end (Watanabe et al. 2017, Sec. III-B; ESPnet's ``BeamSearch``):
+``(1 - ctc_weight) * log p_att(y + eos) + ctc_weight * log p_ctc(y) + penalty * (len(y) + 1)``.
+
+A model trained with modality dropout is also a video-only recogniser: the same weights read the lips alone
+when the audio features are zeroed (AV-HuBERT, Shi et al. 2022, Sec. 3.3). :func:`rescore_with_view` joins
+the n-best lists of the fused input and of that video-only view and ranks every candidate by
+``s_av(y) + w * s_v(y)``, a product of the two views' sequence probabilities (a weighted product of experts,
+as the stream-weighted decision fusion of audio-visual ASR, e.g. Yu et al., "Fusing information streams in
+end-to-end audio-visual speech recognition", ICASSP 2021; here the streams are two views of one model and the
+product is taken over whole hypotheses, whose alignments may differ, not frame by frame). The weight ``w`` of
+an utterance is ``video_weight`` times how far the fused input rests on the audio (the mean of the model's
+audio gate, :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`): where the gate has already closed
+(babble), the fused view is mostly the lips and the video-only view adds little; where it is open, the lips
+get a say that the audio cannot overrule alone -- the case of clean speech from a voice the audio path
+mishears.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from avsr.decode.hypothesis import Hypothesis
+from avsr.nn.decoder import TransformerDecoder
+from avsr.nn.precision import fp32_context
+
+__all__ = ["sequence_scores", "rescore_with_view"]
+
+
+def sequence_scores(
+    candidates: list[list[int]],
+    index: Tensor,
+    enc: Tensor,
+    enc_lens: Tensor,
+    *,
+    decoder: TransformerDecoder | None,
+    ctc_logp: Tensor | None,
+    ctc_weight: float,
+    sos: int,
+    eos: int,
+    blank: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The attention, CTC and weighted scores of ``N`` candidate token sequences, in one batch.
+
+    Args:
+        candidates: ``N`` token id lists (no sos/eos/blank); candidate ``n`` belongs to utterance
+            ``index[n]``.
+        index: ``(N,)`` int64 utterance of each candidate.
+        enc: ``(B, T, D)`` float encoder output.  enc_lens: ``(B,)`` int64 valid frames.
+        decoder: the attention decoder (None: ``ctc_weight`` must be 1).
+        ctc_logp: ``(B, T, V)`` float CTC log-probabilities (None: ``ctc_weight`` must be 0).
+        ctc_weight: weight of the CTC score, in [0, 1].
+        sos, eos, blank: token ids.
+
+    Returns:
+        ``(att, ctc, score)``, each ``(N,)`` float32 on ``enc``'s device: ``log p_att(y + eos)`` (0 when
+        ``ctc_weight`` is 1), ``log p_ctc(y)`` (0 when ``ctc_weight`` is 0; ``-inf`` for a sequence longer
+        than its frames allow), and ``(1 - ctc_weight) * att + ctc_weight * ctc``.
+
+    Raises:
+        ValueError: no candidates, ``index`` of the wrong length, or a part that ``ctc_weight`` needs is
+            missing.
+    """
+    n = len(candidates)
+    if n == 0 or index.shape != (n,):
+        raise ValueError(f"need N >= 1 candidates and an index of shape (N,), got {n} and "
+                         f"{tuple(index.shape)}")
+    if ctc_weight < 1 and decoder is None:
+        raise ValueError("ctc_weight < 1 needs an attention decoder")
+    if ctc_weight > 0 and ctc_logp is None:
+        raise ValueError("ctc_weight > 0 needs CTC log-probabilities")
+    device = enc.device
+    index = index.to(device)
+    lens = torch.tensor([len(c) for c in candidates], dtype=torch.long, device=device)
+    width = max(1, int(lens.max()))
+    tokens = torch.zeros(n, width, dtype=torch.long, device=device)
+    for i, c in enumerate(candidates):  # building the padded batch (the scoring below is one batched pass)
+        if c:
+            tokens[i, : len(c)] = torch.tensor(c, dtype=torch.long, device=device)
+    frames = enc_lens.to(device)[index]
+    att = torch.zeros(n, device=device)
+    ctc = torch.zeros(n, device=device)
+    if ctc_weight < 1:
+        pos = torch.arange(width + 1, device=device)[None, :]
+        ys_in = torch.cat([tokens.new_full((n, 1), sos), tokens], dim=1).masked_fill(pos > lens[:, None], eos)
+        ys_out = torch.cat([tokens, tokens.new_zeros(n, 1)], dim=1)
+        ys_out = ys_out.scatter(1, lens[:, None], eos)
+        mask = torch.arange(enc.size(1), device=device)[None, :] < frames[:, None]
+        logits = decoder(ys_in, enc[index], mask)
+        with fp32_context(device):
+            logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ys_out[..., None])[..., 0]
+        att = (logp * (pos <= lens[:, None])).sum(dim=1)
+    if ctc_weight > 0:
+        with fp32_context(device):
+            ctc = -F.ctc_loss(ctc_logp.float()[index].transpose(0, 1), tokens, frames, lens, blank=blank,
+                              reduction="none", zero_infinity=False)
+    return att, ctc, (1.0 - ctc_weight) * att + ctc_weight * ctc
+
+
+def rescore_with_view(
+    nbest_av: list[list[Hypothesis]],
+    nbest_view: list[list[Hypothesis]],
+    weights: Tensor,
+    score_av,
+    score_view,
+    *,
+    penalty: float = 0.0,
+    nbest: int = 1,
+) -> list[list[Hypothesis]]:
+    """Join two n-best lists per utterance and rank the distinct candidates by ``s_av + w * s_view``.
+
+    Args:
+        nbest_av: per utterance, the hypotheses of the fused input (best first).
+        nbest_view: per utterance, the hypotheses of the second view (video-only), over the same utterances.
+        weights: ``(B,)`` float weight ``w`` of the second view per utterance (0: the fused scores alone).
+        score_av, score_view: callables ``(candidates, index) -> (att, ctc, score)`` as
+            :func:`sequence_scores` on the fused and the second view's encoder output.
+        penalty: the search's length bonus per token (``eos`` included), added once.
+        nbest: hypotheses returned per utterance.
+
+    Returns:
+        Up to ``nbest`` hypotheses per utterance, best first; ``score`` is
+        ``s_av + w * s_view + penalty * (len + 1)``, ``att_score`` and ``ctc_score`` are the fused view's. An
+        utterance without candidates gets ``[]``.
+
+    Raises:
+        ValueError: the lists or ``weights`` disagree in the number of utterances.
+    """
+    b = len(nbest_av)
+    if len(nbest_view) != b or weights.shape != (b,):
+        raise ValueError(f"n-best lists of {b} and {len(nbest_view)} utterances and weights of shape "
+                         f"{tuple(weights.shape)} must agree")
+    candidates: list[list[int]] = []
+    owner: list[int] = []
+    for u in range(b):
+        seen: set[tuple[int, ...]] = set()
+        for hyp in nbest_av[u] + nbest_view[u]:
+            key = tuple(hyp.tokens)
+            if key not in seen:
+                seen.add(key)
+                candidates.append(list(hyp.tokens))
+                owner.append(u)
+    if not candidates:
+        return [[] for _ in range(b)]
+    index = torch.tensor(owner, dtype=torch.long)
+    att, ctc, s_av = score_av(candidates, index)
+    _, _, s_view = score_view(candidates, index)
+    lens = torch.tensor([len(c) + 1 for c in candidates], dtype=torch.float32, device=s_av.device)
+    total = (s_av + weights.to(s_av)[index.to(s_av.device)] * s_view + penalty * lens).cpu()
+    att, ctc = att.cpu(), ctc.cpu()
+    out: list[list[Hypothesis]] = [[] for _ in range(b)]
+    for i in torch.argsort(total, descending=True, stable=True).tolist():
+        u = owner[i]
+        if len(out[u]) < nbest:
+            out[u].append(Hypothesis(candidates[i], float(total[i]), float(att[i]), float(ctc[i])))
+    return out

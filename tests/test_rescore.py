@@ -1,0 +1,190 @@
+"""The video-only view in the final ranking of audio-visual hypotheses (``video_weight``)."""
+
+import pytest
+import torch
+
+from avsr.config import ConfigError
+from avsr.decode import DecodeConfig
+from avsr.decode.hypothesis import Hypothesis
+from avsr.decode.rescore import rescore_with_view, sequence_scores
+from avsr.models import AVSRModel
+from tests.test_beam_search import TINY_DECODER, TINY_ENCODER
+
+HW = 16
+LENS = torch.tensor([14, 10, 12])
+
+
+def _model(gate: bool = True, seed: int = 0) -> AVSRModel:
+    torch.manual_seed(seed)
+    model = AVSRModel.from_config(dict(vocab_size=12, encoder_conf=dict(TINY_ENCODER, audio_gate=gate),
+                                       decoder_conf=TINY_DECODER, model_conf={"ctc_weight": 0.3})).eval()
+    if gate:  # a gate that depends on the input (a new gate is a constant 0.95)
+        with torch.no_grad():
+            model.encoder.audio_gate.proj.weight.normal_(0, 0.5)
+            model.encoder.audio_gate.proj.bias.zero_()
+    return model
+
+
+def _inputs(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    t = int(LENS.max())
+    audio = torch.randn(3, 104, t, generator=g)
+    video = torch.randn(3, 1, t, HW, HW, generator=g)
+    for i, n in enumerate(LENS.tolist()):
+        audio[i, :, n:] = 0
+        video[i, :, n:] = 0
+    return audio, video
+
+
+def _config(**kw) -> DecodeConfig:
+    return DecodeConfig(**{"beam_size": 4, "ctc_weight": 0.3, "maxlenratio": -4.0, **kw})
+
+
+def _scorer(model, enc, lens):
+    logp = model.ctc_log_probs(enc)
+    return lambda cands, index: sequence_scores(
+        cands, index, enc, lens, decoder=model.decoder, ctc_logp=logp, ctc_weight=0.3, sos=model.sos,
+        eos=model.eos, blank=model.blank)
+
+
+@pytest.mark.parametrize("ctc_scoring", ["full", "partial"])
+def test_sequence_scores_are_the_scores_the_beam_search_gave(ctc_scoring):
+    model = _model()
+    audio, video = _inputs()
+    with torch.no_grad():
+        enc, lens = model.encode(audio, video, LENS)
+        hyps = model.search(enc, lens, _config(nbest=4, ctc_scoring=ctc_scoring))
+        cands = [h.tokens for u in hyps for h in u]
+        index = torch.tensor([u for u, hs in enumerate(hyps) for _ in hs])
+        att, ctc, score = _scorer(model, enc, lens)(cands, index)
+    flat = [h for u in hyps for h in u]
+    assert len(flat) >= 6
+    torch.testing.assert_close(att, torch.tensor([h.att_score for h in flat]), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(ctc, torch.tensor([h.ctc_score for h in flat]), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(score, torch.tensor([h.score for h in flat]), atol=1e-4, rtol=1e-4)
+
+
+def test_a_sequence_longer_than_its_frames_scores_minus_infinity():
+    model = _model()
+    audio, video = _inputs()
+    with torch.no_grad():
+        enc, lens = model.encode(audio, video, LENS)
+        _, ctc, score = _scorer(model, enc, lens)([[3] * 12, [4, 5]], torch.tensor([1, 1]))
+    assert ctc[0] == float("-inf") and score[0] == float("-inf")
+    assert torch.isfinite(ctc[1]) and torch.isfinite(score[1])
+
+
+def test_the_gate_mean_is_the_mean_of_the_gate_that_fusion_applies_over_valid_frames():
+    model = _model()
+    audio, video = _inputs()
+    seen = []
+    hook = model.encoder.audio_gate.register_forward_hook(lambda m, i, o: seen.append(o))
+    with torch.no_grad():
+        model.encode(audio, video, LENS)
+        feats = model.encoder.encode_video(video, LENS)
+        mean = model.encoder.audio_gate_mean(audio, feats, LENS)
+    hook.remove()
+    gate = seen[0][:, 0]  # (B, T)
+    expected = torch.stack([gate[i, :n].mean() for i, n in enumerate(LENS.tolist())])
+    torch.testing.assert_close(mean, expected)
+    assert float(mean.std()) > 0  # the gate depends on the input
+    assert _model(gate=False).encoder.audio_gate_mean(audio, feats, LENS) is None
+
+
+def test_audio_visual_hypotheses_are_ranked_by_the_fused_score_plus_the_weighted_video_score():
+    model = _model()
+    audio, video = _inputs()
+    cfg = _config(nbest=4, video_weight=2.0)
+    with torch.no_grad():
+        hyps, ctc_logp, enc_lens = model.decode_with_ctc(audio, video, LENS, cfg)
+        feats = model.encoder.encode_video(video, LENS)
+        enc_av, _ = model.encode(audio, None, LENS, feats)
+        enc_v, _ = model.encode(None, None, LENS, feats)
+        gate = model.encoder.audio_gate_mean(audio, feats, LENS)
+        wide = _config(nbest=4, video_weight=0.0)
+        av = model.search(enc_av, enc_lens, wide)
+        v = model.search(enc_v, enc_lens, wide)
+        s_av, s_v = _scorer(model, enc_av, enc_lens), _scorer(model, enc_v, enc_lens)
+        torch.testing.assert_close(ctc_logp, model.ctc_log_probs(enc_av))  # word timings: the fused view's
+        for u in range(3):
+            got = hyps[u]
+            assert 1 <= len(got) <= 4
+            assert [h.score for h in got] == sorted((h.score for h in got), reverse=True)
+            index = torch.full((len(got),), u)
+            att, _, a = s_av([h.tokens for h in got], index)
+            _, _, b = s_v([h.tokens for h in got], index)
+            torch.testing.assert_close(torch.tensor([h.score for h in got]), a + 2.0 * gate[u] * b)
+            torch.testing.assert_close(torch.tensor([h.att_score for h in got]), att)
+            # the winner is at least as good, by the joint score, as the best of either view's own search
+            rivals = [av[u][0].tokens, v[u][0].tokens]
+            _, _, ra = s_av(rivals, torch.full((2,), u))
+            _, _, rv = s_v(rivals, torch.full((2,), u))
+            assert got[0].score >= float((ra + 2.0 * gate[u] * rv).max()) - 1e-4
+            candidates = {tuple(h.tokens) for h in av[u] + v[u]}
+            assert all(tuple(h.tokens) in candidates for h in got)
+
+
+def test_no_weight_a_single_stream_or_a_closed_gate_leave_the_fused_search_alone():
+    model = _model()
+    audio, video = _inputs()
+    with torch.no_grad():
+        enc, lens = model.encode(audio, video, LENS)
+        plain = model.search(enc, lens, _config())
+        assert model.decode_with_ctc(audio, video, LENS, _config(video_weight=0.0))[0] == plain
+        for a, v in ((audio, None), (None, video)):  # one stream: one view, nothing to rescore
+            enc1, _ = model.encode(a, v, LENS)
+            assert model.decode_with_ctc(a, v, LENS, _config(video_weight=3.0))[0] == \
+                model.search(enc1, lens, _config())
+        model.encoder.audio_gate.proj.weight.zero_()
+        model.encoder.audio_gate.proj.bias.fill_(-60.0)  # closed: the video view gets no weight
+        enc, lens = model.encode(audio, video, LENS)
+        joint = model.decode_with_ctc(audio, video, LENS, _config(video_weight=5.0, nbest=2))[0]
+        fused = _scorer(model, enc, lens)
+        for u in range(3):
+            _, _, s = fused([h.tokens for h in joint[u]], torch.full((len(joint[u]),), u))
+            torch.testing.assert_close(torch.tensor([h.score for h in joint[u]]), s)
+
+
+def test_the_default_weight_is_one_with_an_audio_gate_and_zero_without():
+    gated, plain = _model(), _model(gate=False)
+    assert gated.video_weight(DecodeConfig()) == 1.0 and plain.video_weight(DecodeConfig()) == 0.0
+    assert gated.video_weight(DecodeConfig(video_weight=0.25)) == 0.25
+    assert gated.video_weight(DecodeConfig(search="fairseq", ctc_weight=0.0)) == 0.0
+    audio, video = _inputs()
+    with torch.no_grad():  # without a gate the default is the single search of the original
+        enc, lens = plain.encode(audio, video, LENS)
+        assert plain.decode_with_ctc(audio, video, LENS, _config())[0] == plain.search(enc, lens, _config())
+    with pytest.raises(ValueError, match="video_weight 1 needs a model with an audio gate"):
+        plain.decode_with_ctc(audio, video, LENS, _config(video_weight=1.0))
+
+
+def test_bad_weights_and_a_weight_for_the_fairseq_search_are_refused():
+    with pytest.raises(ValueError, match="video_weight must be a finite number >= 0"):
+        DecodeConfig(video_weight=-0.5)
+    with pytest.raises(ValueError, match="video_weight must be a finite number >= 0"):
+        DecodeConfig(video_weight=float("inf"))
+    with pytest.raises(ConfigError, match="video_weight"):
+        DecodeConfig.from_mapping({"video_weight": "high"}, "conf/decode/x.yaml")
+    with pytest.raises(ConfigError, match="video_weight is not used by search 'fairseq'"):
+        DecodeConfig.from_mapping({"search": "fairseq", "ctc_weight": 0.0, "video_weight": 1.0})
+
+
+def test_rescore_with_view_joins_the_lists_without_repeats_and_checks_their_sizes():
+    hyp = lambda toks, s: Hypothesis(toks, s, 0.0, 0.0)  # noqa: E731
+    table = {(1,): (-1.0, -5.0), (2,): (-2.0, -1.0), (3,): (-4.0, -0.5)}
+
+    def score(which):
+        def f(cands, index):
+            s = torch.tensor([table[tuple(c)][which] for c in cands])
+            return s, s, s
+        return f
+
+    lists_av, lists_v = [[hyp([1], 0), hyp([2], 0)]], [[hyp([2], 0), hyp([3], 0)]]
+    out = rescore_with_view(lists_av, lists_v, torch.tensor([0.0]), score(0), score(1), nbest=3)
+    assert [h.tokens for h in out[0]] == [[1], [2], [3]]  # weight 0: the fused scores alone
+    out = rescore_with_view(lists_av, lists_v, torch.tensor([1.0]), score(0), score(1), penalty=0.5, nbest=3)
+    assert [h.tokens for h in out[0]] == [[2], [3], [1]]  # -3, -4.5, -6 (+ 1 of length bonus each)
+    assert [h.score for h in out[0]] == pytest.approx([-2.0, -3.5, -5.0])
+    assert rescore_with_view([[]], [[]], torch.tensor([1.0]), score(0), score(1)) == [[]]
+    with pytest.raises(ValueError, match="must agree"):
+        rescore_with_view(lists_av, [], torch.tensor([1.0]), score(0), score(1))
