@@ -24,7 +24,8 @@ From the raw media on, everything is the recipe's: AV-HuBERT's stacked log filte
 0.421 and std 0.165, noise mixed at an SNR with the segment chosen by the utterance's key (as the recipe's
 test conditions), the silence before and after the speech brought into the range of the model's training
 audio where the audio shows it (``edge_frames``), length-bucketed batches, and
-:meth:`avsr.models.asr.AVSRModel.decode_with_ctc`.
+:meth:`avsr.models.asr.AVSRModel.decode_with_ctc` (for audio-visual input of a model with an audio gate:
+the fused input's and the video-only view's searches, ranked together, ``DecodeConfig.video_weight``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,10 @@ where its audio, as mixed for the condition, shows them (``--edge-frames``, the 
 video-only input does not depend on the audio noise: it is decoded once and its hypotheses are written for
 every condition; with it, video-only input is decoded in every condition (a noisy recording hides the
 edges). Audio-visual and video-only decoding run the video front-end once per utterance and change of its
-edges and reuse its output in the other noise conditions (the Transcriber's ``video_cache``).
+edges and reuse its output in the other noise conditions (the Transcriber's ``video_cache``). Audio-visual
+hypotheses are ranked with the model's video-only view too where the decoding configuration's
+``video_weight`` (or, when it is null, the model's default) is above 0; the audio-visual directory's
+``decode_settings.yaml`` then records the weight, and the other modalities' do not.
 
 The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
 accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``: an avsr checkpoint or an official fine-tuned

@@ -584,7 +584,12 @@ class AVSRModel(nn.Module):
         """:meth:`decode_nbest` that also returns what word timings need: ``(hypotheses, ctc_logp (B, T, V)
         float32 or None without a CTC head, enc_lens (B,))``. ``video_features`` as :meth:`encode`.
 
-        Raises: as :meth:`decode_nbest`.
+        With both streams and a ``video_weight`` above 0 (:meth:`video_weight`) the video-only view is
+        searched too, and the hypotheses of both views are ranked by ``s_av + video_weight * gate * s_v``
+        (:func:`avsr.decode.rescore.rescore_with_view`; ``gate``: the utterance's mean audio gate,
+        :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`); ``ctc_logp`` is the fused view's.
+
+        Raises: as :meth:`decode_nbest`, and ValueError from :meth:`video_weight`.
         """
         was_training = self.training
         self.eval()
@@ -610,7 +615,7 @@ class AVSRModel(nn.Module):
         search).
 
         Raises:
-            ValueError: a weight > 0 for a model without an audio gate or a CTC head (names the key).
+            ValueError: a weight > 0 for a model without an audio gate (names the key).
         """
         if config.search != "espnet":
             return 0.0
