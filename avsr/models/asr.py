@@ -525,7 +525,7 @@ class AVSRModel(nn.Module):
     def default_video_weight(self) -> float:
         """The ``video_weight`` of a search config that leaves it None: 1.0 for a model with an audio gate
         (chosen for the SynthGRID default on festival development data, recipes/synthgrid/avsr1/RESULTS.md,
-        "The video-only view in the final ranking"), else 0 (AV-HuBERT's models: one search, as the
+        "The lips in the final ranking"), else 0 (AV-HuBERT's models: one search, as the
         original)."""
         return 1.0 if getattr(self.encoder, "audio_gate", None) is not None else 0.0
 
