@@ -78,7 +78,8 @@ from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_ch
 
 __all__ = [
     "MODALITY_INPUTS", "InferenceError", "Transcript", "TranscribeItem", "Transcriber", "frame_energy_db",
-    "frame_motion", "model_edge_frames", "model_video_weight", "parse_edge_frames", "pause_cuts",
+    "frame_motion", "model_defaults", "model_edge_frames", "model_video_weight", "parse_edge_frames",
+    "pause_cuts",
 ]
 
 logger = logging.getLogger("avsr.inference")
@@ -359,7 +360,7 @@ def model_edge_frames(source: PathLike, average_nbest: int = 5) -> EdgeRanges | 
         FileNotFoundError: no such directory/file or no checkpoint in it;
         avsr.compat.CheckpointError: an unreadable checkpoint file.
     """
-    return _stats_edges(_checkpoint_head(source, average_nbest)[0])
+    return model_defaults(source, average_nbest)[0]
 
 
 def model_video_weight(source: PathLike, average_nbest: int = 5) -> float:
@@ -371,23 +372,27 @@ def model_video_weight(source: PathLike, average_nbest: int = 5) -> float:
     Raises:
         as :func:`model_edge_frames`.
     """
-    config = _checkpoint_head(source, average_nbest)[1] or {}
-    encoder_conf = config.get("encoder_conf") or {}
-    return 1.0 if encoder_conf.get("audio_gate") else 0.0
+    return model_defaults(source, average_nbest)[1]
 
 
-def _checkpoint_head(source: PathLike, average_nbest: int
-                     ) -> tuple[Mapping[str, Any], Mapping[str, Any] | None]:
-    """``(data_stats, model_config)`` of the first checkpoint ``source`` names (an experiment directory's
-    best, or a file)."""
+def model_defaults(source: PathLike, average_nbest: int = 5) -> tuple[EdgeRanges | None, float]:
+    """:func:`model_edge_frames` and :func:`model_video_weight` from one read of the checkpoint (the first
+    of an experiment directory's best, or the file).
+
+    Raises:
+        as :func:`model_edge_frames`.
+    """
     source = Path(source)
     if source.is_dir():
         first = load_checkpoint(best_checkpoints(source, average_nbest)[0])
-        return first.get("data_stats") or {}, first.get("model_config")
-    if source.is_file():
+        stats, config = first.get("data_stats") or {}, first.get("model_config")
+    elif source.is_file():
         loaded = read_checkpoint(source)
-        return loaded.data_stats or {}, loaded.model_config
-    raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
+        stats, config = loaded.data_stats or {}, loaded.model_config
+    else:
+        raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
+    encoder_conf = (config or {}).get("encoder_conf") or {}
+    return _stats_edges(stats), 1.0 if encoder_conf.get("audio_gate") else 0.0
 
 
 def _stats_edges(stats: Mapping[str, Any]) -> EdgeRanges | None:

@@ -56,8 +56,7 @@ from avsr.inference import (
     MODALITY_INPUTS,
     PRECISIONS,
     Transcriber,
-    model_edge_frames,
-    model_video_weight,
+    model_defaults,
     parse_edge_frames,
 )
 from avsr.train.checkpoint import best_checkpoints
@@ -92,12 +91,15 @@ def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> 
         "data": str(args.data.resolve()),
         "precision": args.precision,
     }
-    edges = model_edge_frames(source, args.average_nbest) if args.edge_frames == "model" else args.edge_frames
+    rescored = "audiovisual" in args.modalities and decode.get("search", "espnet") == "espnet"
+    defaults = (None, 0.0)  # read from the checkpoint only when needed, once (an official one is large)
+    if args.edge_frames == "model" or (rescored and video_weight is None):
+        defaults = model_defaults(source, args.average_nbest)
+    edges = defaults[0] if args.edge_frames == "model" else args.edge_frames
     if edges is not None:  # recorded only when inputs are changed: earlier results stay valid
         settings["edge_frames"] = [list(edges[0]), list(edges[1])]
-    if "audiovisual" in args.modalities and decode.get("search", "espnet") == "espnet":
-        if video_weight is None:
-            video_weight = model_video_weight(source, args.average_nbest)
+    if rescored:
+        video_weight = defaults[1] if video_weight is None else video_weight
         if video_weight > 0:  # audio-visual results only (see main)
             settings["video_weight"] = video_weight
     return settings
