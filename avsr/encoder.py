@@ -535,8 +535,8 @@ class AVHubertEncoder(nn.Module):
         this audio: ``(B,)`` float32 in (0, 1), or None when the encoder has no gate.
 
         How far the fused input rests on the audio: near 1 on clean audio the model trusts, near 0 where it
-        falls back to the lips (babble). :meth:`avsr.models.AVSRModel.decode_with_ctc` scales the video-only
-        view's weight (``video_weight``) by it.
+        falls back to the lips (babble). :meth:`avsr.models.AVSRModel.decode_with_ctc` scales the weights of
+        the single-stream views (``video_weight``, ``audio_weight``) by it.
 
         Args:
             audio: ``(B, 104, T)`` float stacked log filterbanks (25 Hz).

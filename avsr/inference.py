@@ -25,7 +25,8 @@ From the raw media on, everything is the recipe's: AV-HuBERT's stacked log filte
 test conditions), the silence before and after the speech brought into the range of the model's training
 audio where the audio shows it (``edge_frames``), length-bucketed batches, and
 :meth:`avsr.models.asr.AVSRModel.decode_with_ctc` (for audio-visual input of a model with an audio gate:
-the fused input's and the video-only view's searches, ranked together, ``DecodeConfig.video_weight``).
+the fused input's and the video-only view's searches, ranked with the single-stream views' scores,
+``DecodeConfig.video_weight`` and ``audio_weight``).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_ch
 
 __all__ = [
     "MODALITY_INPUTS", "InferenceError", "Transcript", "TranscribeItem", "Transcriber", "frame_energy_db",
-    "frame_motion", "model_defaults", "model_edge_frames", "model_video_weight", "parse_edge_frames",
+    "frame_motion", "model_defaults", "model_edge_frames", "model_view_weights", "parse_edge_frames",
     "pause_cuts",
 ]
 
@@ -363,10 +364,10 @@ def model_edge_frames(source: PathLike, average_nbest: int = 5) -> EdgeRanges | 
     return model_defaults(source, average_nbest)[0]
 
 
-def model_video_weight(source: PathLike, average_nbest: int = 5) -> float:
-    """The ``video_weight`` that a search config leaving it None gives this model
-    (:meth:`avsr.models.AVSRModel.default_video_weight`: 1.0 with an audio gate, else 0), read from the
-    checkpoint's model configuration without building the model. ``source`` as
+def model_view_weights(source: PathLike, average_nbest: int = 5) -> tuple[float, float]:
+    """The ``(video_weight, audio_weight)`` that a search config leaving them None gives this model
+    (:meth:`avsr.models.AVSRModel.default_view_weights`: (2.5, 0.75) with an audio gate, else (0, 0)), read
+    from the checkpoint's model configuration without building the model. ``source`` as
     :meth:`Transcriber.from_pretrained`.
 
     Raises:
@@ -375,8 +376,9 @@ def model_video_weight(source: PathLike, average_nbest: int = 5) -> float:
     return model_defaults(source, average_nbest)[1]
 
 
-def model_defaults(source: PathLike, average_nbest: int = 5) -> tuple[EdgeRanges | None, float]:
-    """:func:`model_edge_frames` and :func:`model_video_weight` from one read of the checkpoint (the first
+def model_defaults(source: PathLike, average_nbest: int = 5
+                   ) -> tuple[EdgeRanges | None, tuple[float, float]]:
+    """:func:`model_edge_frames` and :func:`model_view_weights` from one read of the checkpoint (the first
     of an experiment directory's best, or the file).
 
     Raises:
@@ -391,8 +393,8 @@ def model_defaults(source: PathLike, average_nbest: int = 5) -> tuple[EdgeRanges
         stats, config = loaded.data_stats or {}, loaded.model_config
     else:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
-    encoder_conf = (config or {}).get("encoder_conf") or {}
-    return _stats_edges(stats), 1.0 if encoder_conf.get("audio_gate") else 0.0
+    gated = bool(((config or {}).get("encoder_conf") or {}).get("audio_gate"))
+    return _stats_edges(stats), AVSRModel.default_view_weights_of(gated)
 
 
 def _stats_edges(stats: Mapping[str, Any]) -> EdgeRanges | None:

@@ -70,11 +70,12 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     assert len(edges) == 2 and all(0 <= lo <= hi for lo, hi in edges)
     settings = yaml.safe_load((exp / "decode/test/video/decode_settings.yaml").read_text())
     assert settings["edge_frames"] == edges
-    # audio-visual results are ranked with the video-only view too (a gated model's default video_weight);
-    # only their settings record it, so the audio-only and video-only results do not depend on it
+    # audio-visual results are ranked with the single-stream views too (a gated model's default weights);
+    # only their settings record them, so the audio-only and video-only results do not depend on them
     av_settings = yaml.safe_load((exp / "decode/test/audiovisual/decode_settings.yaml").read_text())
-    assert av_settings["video_weight"] == 1.0 and "video_weight" not in settings
-    assert "video_weight" not in av_settings["decode_config"]
+    assert av_settings["view_weights"] == {"video_weight": 2.5, "audio_weight": 0.75}
+    assert "view_weights" not in settings
+    assert not {"video_weight", "audio_weight"} & set(av_settings["decode_config"])
     video = {r["snr_db"]: r["wer"] for r in rows
              if r["modality"] == "video" and r["test_set"] == "test" and r["snr_db"] is not None}
     assert len(video) == 2 and len(set(video.values())) == 1

@@ -1,4 +1,5 @@
-"""The video-only view in the final ranking of audio-visual hypotheses (``video_weight``)."""
+"""The single-stream views in the final ranking of audio-visual hypotheses (``video_weight``,
+``audio_weight``)."""
 
 import pytest
 import torch
@@ -6,7 +7,7 @@ import torch
 from avsr.config import ConfigError
 from avsr.decode import DecodeConfig
 from avsr.decode.hypothesis import Hypothesis
-from avsr.decode.rescore import rescore_with_view, sequence_scores
+from avsr.decode.rescore import rescore_with_views, sequence_scores
 from avsr.models import AVSRModel
 from tests.test_beam_search import TINY_DECODER, TINY_ENCODER
 
@@ -91,20 +92,23 @@ def test_the_gate_mean_is_the_mean_of_the_gate_that_fusion_applies_over_valid_fr
     assert _model(gate=False).encoder.audio_gate_mean(audio, feats, LENS) is None
 
 
-def test_audio_visual_hypotheses_are_ranked_by_the_fused_score_plus_the_weighted_video_score():
+@pytest.mark.parametrize("weights", [(2.0, 0.0), (1.5, 0.5), (0.0, 1.0)])
+def test_audio_visual_hypotheses_are_ranked_by_the_fused_score_plus_the_weighted_single_views(weights):
+    wv, wa = weights
     model = _model()
     audio, video = _inputs()
-    cfg = _config(nbest=4, video_weight=2.0)
+    cfg = _config(nbest=4, video_weight=wv, audio_weight=wa)
     with torch.no_grad():
         hyps, ctc_logp, enc_lens = model.decode_with_ctc(audio, video, LENS, cfg)
         feats = model.encoder.encode_video(video, LENS)
         enc_av, _ = model.encode(audio, None, LENS, feats)
         enc_v, _ = model.encode(None, None, LENS, feats)
+        enc_a, _ = model.encode(audio, None, LENS)
         gate = model.encoder.audio_gate_mean(audio, feats, LENS)
-        wide = _config(nbest=4, video_weight=0.0)
+        wide = _config(nbest=4, video_weight=0.0, audio_weight=0.0)
         av = model.search(enc_av, enc_lens, wide)
         v = model.search(enc_v, enc_lens, wide)
-        s_av, s_v = _scorer(model, enc_av, enc_lens), _scorer(model, enc_v, enc_lens)
+        s_av, s_v, s_a = (_scorer(model, e, enc_lens) for e in (enc_av, enc_v, enc_a))
         torch.testing.assert_close(ctc_logp, model.ctc_log_probs(enc_av))  # word timings: the fused view's
         for u in range(3):
             got = hyps[u]
@@ -112,16 +116,18 @@ def test_audio_visual_hypotheses_are_ranked_by_the_fused_score_plus_the_weighted
             assert [h.score for h in got] == sorted((h.score for h in got), reverse=True)
             index = torch.full((len(got),), u)
             att, _, a = s_av([h.tokens for h in got], index)
-            _, _, b = s_v([h.tokens for h in got], index)
-            torch.testing.assert_close(torch.tensor([h.score for h in got]), a + 2.0 * gate[u] * b)
+            joint = a + gate[u] * (wv * s_v([h.tokens for h in got], index)[2]
+                                   + wa * s_a([h.tokens for h in got], index)[2])
+            torch.testing.assert_close(torch.tensor([h.score for h in got]), joint)
             torch.testing.assert_close(torch.tensor([h.att_score for h in got]), att)
-            # the winner is at least as good, by the joint score, as the best of either view's own search
-            rivals = [av[u][0].tokens, v[u][0].tokens]
-            _, _, ra = s_av(rivals, torch.full((2,), u))
-            _, _, rv = s_v(rivals, torch.full((2,), u))
-            assert got[0].score >= float((ra + 2.0 * gate[u] * rv).max()) - 1e-4
-            candidates = {tuple(h.tokens) for h in av[u] + v[u]}
+            # the candidates: the fused search's, and the video-only search's when the video view has a weight
+            candidates = {tuple(h.tokens) for h in av[u] + (v[u] if wv > 0 else [])}
             assert all(tuple(h.tokens) in candidates for h in got)
+            # the winner is at least as good, by the joint score, as the best of each search
+            rivals = [av[u][0].tokens] + ([v[u][0].tokens] if wv > 0 else [])
+            idx = torch.full((len(rivals),), u)
+            best = s_av(rivals, idx)[2] + gate[u] * (wv * s_v(rivals, idx)[2] + wa * s_a(rivals, idx)[2])
+            assert got[0].score >= float(best.max()) - 1e-4
 
 
 def test_no_weight_a_single_stream_or_a_closed_gate_leave_the_fused_search_alone():
@@ -130,32 +136,37 @@ def test_no_weight_a_single_stream_or_a_closed_gate_leave_the_fused_search_alone
     with torch.no_grad():
         enc, lens = model.encode(audio, video, LENS)
         plain = model.search(enc, lens, _config())
-        assert model.decode_with_ctc(audio, video, LENS, _config(video_weight=0.0))[0] == plain
+        none = _config(video_weight=0.0, audio_weight=0.0)
+        assert model.decode_with_ctc(audio, video, LENS, none)[0] == plain
         for a, v in ((audio, None), (None, video)):  # one stream: one view, nothing to rescore
             enc1, _ = model.encode(a, v, LENS)
-            assert model.decode_with_ctc(a, v, LENS, _config(video_weight=3.0))[0] == \
+            assert model.decode_with_ctc(a, v, LENS, _config(video_weight=3.0, audio_weight=1.0))[0] == \
                 model.search(enc1, lens, _config())
         model.encoder.audio_gate.proj.weight.zero_()
-        model.encoder.audio_gate.proj.bias.fill_(-60.0)  # closed: the video view gets no weight
+        model.encoder.audio_gate.proj.bias.fill_(-60.0)  # closed: the single views get no weight
         enc, lens = model.encode(audio, video, LENS)
-        joint = model.decode_with_ctc(audio, video, LENS, _config(video_weight=5.0, nbest=2))[0]
+        strong = _config(video_weight=5.0, audio_weight=5.0, nbest=2)
+        joint = model.decode_with_ctc(audio, video, LENS, strong)[0]
         fused = _scorer(model, enc, lens)
         for u in range(3):
             _, _, s = fused([h.tokens for h in joint[u]], torch.full((len(joint[u]),), u))
             torch.testing.assert_close(torch.tensor([h.score for h in joint[u]]), s)
 
 
-def test_the_default_weight_is_one_with_an_audio_gate_and_zero_without():
+def test_the_default_weights_need_an_audio_gate():
     gated, plain = _model(), _model(gate=False)
-    assert gated.video_weight(DecodeConfig()) == 1.0 and plain.video_weight(DecodeConfig()) == 0.0
-    assert gated.video_weight(DecodeConfig(video_weight=0.25)) == 0.25
-    assert gated.video_weight(DecodeConfig(search="fairseq", ctc_weight=0.0)) == 0.0
+    assert gated.view_weights(DecodeConfig()) == (2.5, 0.75) and plain.view_weights(DecodeConfig()) == (0, 0)
+    assert gated.view_weights(DecodeConfig(video_weight=0.25)) == (0.25, 0.75)
+    assert gated.view_weights(DecodeConfig(audio_weight=0.0)) == (2.5, 0.0)
+    assert gated.view_weights(DecodeConfig(search="fairseq", ctc_weight=0.0)) == (0.0, 0.0)
     audio, video = _inputs()
     with torch.no_grad():  # without a gate the default is the single search of the original
         enc, lens = plain.encode(audio, video, LENS)
         assert plain.decode_with_ctc(audio, video, LENS, _config())[0] == plain.search(enc, lens, _config())
     with pytest.raises(ValueError, match="video_weight 1 needs a model with an audio gate"):
         plain.decode_with_ctc(audio, video, LENS, _config(video_weight=1.0))
+    with pytest.raises(ValueError, match="audio_weight 0.5 needs a model with an audio gate"):
+        plain.decode_with_ctc(audio, video, LENS, _config(audio_weight=0.5))
 
 
 def test_bad_weights_and_a_weight_for_the_fairseq_search_are_refused():
@@ -165,13 +176,17 @@ def test_bad_weights_and_a_weight_for_the_fairseq_search_are_refused():
         DecodeConfig(video_weight=float("inf"))
     with pytest.raises(ConfigError, match="video_weight"):
         DecodeConfig.from_mapping({"video_weight": "high"}, "conf/decode/x.yaml")
+    with pytest.raises(ValueError, match="audio_weight must be a finite number >= 0"):
+        DecodeConfig(audio_weight=-1.0)
     with pytest.raises(ConfigError, match="video_weight is not used by search 'fairseq'"):
         DecodeConfig.from_mapping({"search": "fairseq", "ctc_weight": 0.0, "video_weight": 1.0})
+    with pytest.raises(ConfigError, match="audio_weight is not used by search 'fairseq'"):
+        DecodeConfig.from_mapping({"search": "fairseq", "ctc_weight": 0.0, "audio_weight": 1.0})
 
 
-def test_rescore_with_view_joins_the_lists_without_repeats_and_checks_their_sizes():
+def test_rescore_with_views_joins_the_lists_without_repeats_and_checks_their_sizes():
     hyp = lambda toks, s: Hypothesis(toks, s, 0.0, 0.0)  # noqa: E731
-    table = {(1,): (-1.0, -5.0), (2,): (-2.0, -1.0), (3,): (-4.0, -0.5)}
+    table = {(1,): (-1.0, -5.0, -1.0), (2,): (-2.0, -1.0, float("-inf")), (3,): (-4.0, -0.5, -2.0)}
 
     def score(which):
         def f(cands, index):
@@ -179,12 +194,18 @@ def test_rescore_with_view_joins_the_lists_without_repeats_and_checks_their_size
             return s, s, s
         return f
 
-    lists_av, lists_v = [[hyp([1], 0), hyp([2], 0)]], [[hyp([2], 0), hyp([3], 0)]]
-    out = rescore_with_view(lists_av, lists_v, torch.tensor([0.0]), score(0), score(1), nbest=3)
-    assert [h.tokens for h in out[0]] == [[1], [2], [3]]  # weight 0: the fused scores alone
-    out = rescore_with_view(lists_av, lists_v, torch.tensor([1.0]), score(0), score(1), penalty=0.5, nbest=3)
+    lists = [[[hyp([1], 0), hyp([2], 0)]], [[hyp([2], 0), hyp([3], 0)]]]
+    zero = torch.tensor([0.0])
+    out = rescore_with_views(lists, score(0), [(zero, score(1)), (zero, score(2))], nbest=3)
+    assert [h.tokens for h in out[0]] == [[1], [2], [3]]  # weights 0: the fused scores alone, no nan of -inf
+    one = torch.tensor([1.0])
+    out = rescore_with_views(lists, score(0), [(one, score(1))], penalty=0.5, nbest=3)
     assert [h.tokens for h in out[0]] == [[2], [3], [1]]  # -3, -4.5, -6 (+ 1 of length bonus each)
     assert [h.score for h in out[0]] == pytest.approx([-2.0, -3.5, -5.0])
-    assert rescore_with_view([[]], [[]], torch.tensor([1.0]), score(0), score(1)) == [[]]
+    out = rescore_with_views(lists, score(0), [(one, score(1)), (torch.tensor([0.5]), score(2))], nbest=3)
+    assert [h.tokens for h in out[0]] == [[3], [1], [2]]  # -5.5, -6.5, -inf: the audio view vetoes [2]
+    assert rescore_with_views([[[]]], score(0), [(one, score(1))]) == [[]]
     with pytest.raises(ValueError, match="must agree"):
-        rescore_with_view(lists_av, [], torch.tensor([1.0]), score(0), score(1))
+        rescore_with_views([lists[0], []], score(0), [(one, score(1))])
+    with pytest.raises(ValueError, match="must agree"):
+        rescore_with_views(lists, score(0), [(torch.tensor([1.0, 2.0]), score(1))])

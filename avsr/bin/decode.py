@@ -17,9 +17,9 @@ video-only input does not depend on the audio noise: it is decoded once and its 
 every condition; with it, video-only input is decoded in every condition (a noisy recording hides the
 edges). Audio-visual and video-only decoding run the video front-end once per utterance and change of its
 edges and reuse its output in the other noise conditions (the Transcriber's ``video_cache``). Audio-visual
-hypotheses are ranked with the model's video-only view too where the decoding configuration's
-``video_weight`` (or, when it is null, the model's default) is above 0; the audio-visual directory's
-``decode_settings.yaml`` then records the weight, and the other modalities' do not.
+hypotheses are ranked with the model's single-stream views too where the decoding configuration's
+``video_weight`` or ``audio_weight`` (or, when null, the model's default) is above 0; the audio-visual
+directory's ``decode_settings.yaml`` then records both (``view_weights``), and the other modalities' do not.
 
 The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
 accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``: an avsr checkpoint or an official fine-tuned
@@ -82,7 +82,8 @@ def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> 
     else:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
     decode = to_dict(DecodeConfig.from_yaml(config_path(args.decode_config, "decode")))
-    video_weight = decode.pop("video_weight")  # recorded below only where it changes the hypotheses
+    # the views' weights are recorded below only where they change the hypotheses
+    given = (decode.pop("video_weight"), decode.pop("audio_weight"))
     settings = {
         "model": str(source.resolve()),
         "checkpoints": checkpoints,
@@ -92,16 +93,16 @@ def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> 
         "precision": args.precision,
     }
     rescored = "audiovisual" in args.modalities and decode.get("search", "espnet") == "espnet"
-    defaults = (None, 0.0)  # read from the checkpoint only when needed, once (an official one is large)
-    if args.edge_frames == "model" or (rescored and video_weight is None):
+    defaults = (None, (0.0, 0.0))  # read from the checkpoint only when needed, once (official ones are big)
+    if args.edge_frames == "model" or (rescored and None in given):
         defaults = model_defaults(source, args.average_nbest)
     edges = defaults[0] if args.edge_frames == "model" else args.edge_frames
     if edges is not None:  # recorded only when inputs are changed: earlier results stay valid
         settings["edge_frames"] = [list(edges[0]), list(edges[1])]
     if rescored:
-        video_weight = defaults[1] if video_weight is None else video_weight
-        if video_weight > 0:  # audio-visual results only (see main)
-            settings["video_weight"] = video_weight
+        weights = [d if w is None else w for w, d in zip(given, defaults[1])]
+        if max(weights) > 0:  # audio-visual results only (see main)
+            settings["view_weights"] = {"video_weight": weights[0], "audio_weight": weights[1]}
     return settings
 
 
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> int | None:
     transcriber: Transcriber | None = None
     for modality in args.modalities:
         out_mod = args.out / test_set / modality
-        mod_settings = {k: v for k, v in settings.items() if k != "video_weight" or modality == "audiovisual"}
+        mod_settings = {k: v for k, v in settings.items() if k != "view_weights" or modality == "audiovisual"}
         _claim(out_mod, mod_settings, args.overwrite, sorted(out_mod.glob("*/hyp")))
         video_hyps: dict[str, str] | None = None
         video_failed: dict[str, str] = {}

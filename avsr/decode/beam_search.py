@@ -48,7 +48,7 @@ NEG_INF = float("-inf")
 #: the fields of :class:`DecodeConfig` each search reads (besides ``search``).
 SEARCH_FIELDS: dict[str, tuple[str, ...]] = {
     "espnet": ("beam_size", "ctc_weight", "penalty", "maxlenratio", "minlenratio", "nbest", "ctc_scoring",
-               "pre_beam_ratio", "pre_beam", "video_weight"),
+               "pre_beam_ratio", "pre_beam", "video_weight", "audio_weight"),
     "fairseq": ("beam_size", "ctc_weight", "nbest", "lenpen", "max_len_a", "max_len_b", "min_len", "unkpen",
                 "normalize_scores"),
 }
@@ -94,14 +94,14 @@ class DecodeConfig:
             With the same weights and settings, ``espnet`` and ``espnet_nonbatch`` give the hypotheses of
             ESPnet's two classes (``benchmarks/bench_vs_espnet.py`` checks this against the installed
             ESPnet). Full scoring and CTC-only or attention-only search do not use a pre-beam.
-        video_weight: audio-visual input only: the weight of the model's video-only view in a final
-            rescoring of the fused input's n-best list joined with the video-only view's own
-            (:mod:`avsr.decode.rescore`). Each candidate scores ``s_av + w * s_v``, where ``w`` is
-            ``video_weight`` times the utterance's mean audio gate (how far the fused input rests on the
-            audio). None (default): the model's choice (:meth:`avsr.models.AVSRModel.default_decode_options`:
-            1.0 for a model with an audio gate, else 0); 0: no rescoring (one search, as ESPnet). Needs a
-            model with an audio gate when > 0. Audio-only and video-only input ignore it (one view).
-            ``espnet`` search only.
+        video_weight, audio_weight: audio-visual input only: the weights of the model's video-only and
+            audio-only views in a final ranking of the fused input's n-best list joined with the video-only
+            view's own (:mod:`avsr.decode.rescore`). Each candidate scores
+            ``s_av + g * (video_weight * s_v + audio_weight * s_a)``, where ``g`` is the utterance's mean
+            audio gate (how far the fused input rests on the audio). None (default): the model's choice
+            (:meth:`avsr.models.AVSRModel.default_view_weights`: 2.5 and 0.75 for a model with an audio gate,
+            else 0 and 0); both 0: no ranking (one search, as ESPnet). Weights > 0 need a model with an audio
+            gate. Audio-only and video-only input ignore them (one view). ``espnet`` search only.
         search: ``espnet`` (the joint CTC/attention search above, with the options so far) or ``fairseq``
             (fairseq's ``SequenceGenerator`` as AV-HuBERT decodes: attention only, so ``ctc_weight`` must be
             0; see :mod:`avsr.decode.fairseq_search`), which uses ``beam_size``, ``nbest`` and:
@@ -133,6 +133,7 @@ class DecodeConfig:
     unkpen: float = 0.0
     normalize_scores: bool = True
     video_weight: float | None = None
+    audio_weight: float | None = None
 
     def __post_init__(self) -> None:
         if self.beam_size < 1:
@@ -158,9 +159,10 @@ class DecodeConfig:
             )
         if self.min_len < 0:
             raise ValueError(f"min_len must be >= 0, got {self.min_len}")
-        if self.video_weight is not None and not (
-                self.video_weight >= 0 and math.isfinite(self.video_weight)):
-            raise ValueError(f"video_weight must be a finite number >= 0 (or null), got {self.video_weight}")
+        for name in ("video_weight", "audio_weight"):
+            weight = getattr(self, name)
+            if weight is not None and not (weight >= 0 and math.isfinite(weight)):
+                raise ValueError(f"{name} must be a finite number >= 0 (or null), got {weight}")
 
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, **overrides) -> DecodeConfig:

@@ -1,22 +1,23 @@
-"""Sequence scores of given hypotheses, and the rescoring of an audio-visual n-best list with the model's
-video-only view (``video_weight`` of :class:`avsr.decode.beam_search.DecodeConfig`).
+"""Sequence scores of given hypotheses, and the ranking of an audio-visual n-best list with the model's
+single-stream views (``video_weight``, ``audio_weight`` of :class:`avsr.decode.beam_search.DecodeConfig`).
 
 A hybrid CTC/attention model scores a token sequence ``y`` on an encoder output as the joint beam search does
 at its end (Watanabe et al. 2017, Sec. III-B; ESPnet's ``BeamSearch``):
 ``(1 - ctc_weight) * log p_att(y + eos) + ctc_weight * log p_ctc(y) + penalty * (len(y) + 1)``.
 
-A model trained with modality dropout is also a video-only recogniser: the same weights read the lips alone
-when the audio features are zeroed (AV-HuBERT, Shi et al. 2022, Sec. 3.3). :func:`rescore_with_view` joins
-the n-best lists of the fused input and of that video-only view and ranks every candidate by
-``s_av(y) + w * s_v(y)``, a product of the two views' sequence probabilities (a weighted product of experts,
-as the stream-weighted decision fusion of audio-visual ASR, e.g. Yu et al., "Fusing information streams in
-end-to-end audio-visual speech recognition", ICASSP 2021; here the streams are two views of one model and the
-product is taken over whole hypotheses, whose alignments may differ, not frame by frame). The weight ``w`` of
-an utterance is ``video_weight`` times how far the fused input rests on the audio (the mean of the model's
-audio gate, :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`): where the gate has already closed
-(babble), the fused view is mostly the lips and the video-only view adds little; where it is open, the lips
-get a say that the audio cannot overrule alone -- the case of clean speech from a voice the audio path
-mishears.
+A model trained with modality dropout is also a video-only and an audio-only recogniser: the same weights read
+one stream when the other's features are zeroed (AV-HuBERT, Shi et al. 2022, Sec. 3.3).
+:func:`rescore_with_views` joins the n-best lists of the fused input and of the video-only view and ranks
+every candidate by ``s_av + w_v * s_v + w_a * s_a``, a weighted product of the views' sequence probabilities
+(a product of experts, as the stream-weighted decision fusion of audio-visual ASR, e.g. Yu et al., "Fusing
+information streams in end-to-end audio-visual speech recognition", ICASSP 2021; here the streams are views of
+one model and the product is taken over whole hypotheses, whose alignments may differ, not frame by frame).
+The weights of an utterance are ``video_weight`` and ``audio_weight`` times how far the fused input rests on
+the audio (the mean of the model's audio gate, :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`): where
+the gate has already closed (babble), the fused view is mostly the lips and the single views add little;
+where it is open, the lips get a say that the audio cannot overrule alone (clean speech from a voice the
+audio path mishears), and the audio alone a say against a fusion that leans on the lips where the audio was
+right. The audio-only view scores the candidates but adds none of its own.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from avsr.decode.hypothesis import Hypothesis
 from avsr.nn.decoder import TransformerDecoder
 from avsr.nn.precision import fp32_context
 
-__all__ = ["sequence_scores", "rescore_with_view"]
+__all__ = ["sequence_scores", "rescore_with_views"]
 
 
 def sequence_scores(
@@ -102,44 +103,46 @@ def sequence_scores(
     return att, ctc, (1.0 - ctc_weight) * att + ctc_weight * ctc
 
 
-def rescore_with_view(
-    nbest_av: list[list[Hypothesis]],
-    nbest_view: list[list[Hypothesis]],
-    weights: Tensor,
+def rescore_with_views(
+    nbest_lists: list[list[list[Hypothesis]]],
     score_av,
-    score_view,
+    views: list[tuple[Tensor, object]],
     *,
     penalty: float = 0.0,
     nbest: int = 1,
 ) -> list[list[Hypothesis]]:
-    """Join two n-best lists per utterance and rank the distinct candidates by ``s_av + w * s_view``.
+    """Join n-best lists per utterance and rank the distinct candidates by ``s_av + sum_i w_i * s_i``.
 
     Args:
-        nbest_av: per utterance, the hypotheses of the fused input (best first).
-        nbest_view: per utterance, the hypotheses of the second view (video-only), over the same utterances.
-        weights: ``(B,)`` float weight ``w`` of the second view per utterance (0: the fused scores alone).
-        score_av, score_view: callables ``(candidates, index) -> (att, ctc, score)`` as
-            :func:`sequence_scores` on the fused and the second view's encoder output.
+        nbest_lists: one or more lists of per-utterance hypotheses over the same ``B`` utterances (the fused
+            input's first, then e.g. the video-only view's); their distinct token sequences are the
+            candidates.
+        score_av: a callable ``(candidates, index) -> (att, ctc, score)`` as :func:`sequence_scores` on the
+            fused view's encoder output.
+        views: ``(weights (B,) float, scorer)`` per further view (e.g. video-only, audio-only): its
+            per-utterance weight ``w_i`` (0: ignored) and its scorer as ``score_av``.
         penalty: the search's length bonus per token (``eos`` included), added once.
         nbest: hypotheses returned per utterance.
 
     Returns:
         Up to ``nbest`` hypotheses per utterance, best first; ``score`` is
-        ``s_av + w * s_view + penalty * (len + 1)``, ``att_score`` and ``ctc_score`` are the fused view's. An
-        utterance without candidates gets ``[]``.
+        ``s_av + sum_i w_i * s_i + penalty * (len + 1)``, ``att_score`` and ``ctc_score`` are the fused
+        view's. An utterance without candidates gets ``[]``.
 
     Raises:
-        ValueError: the lists or ``weights`` disagree in the number of utterances.
+        ValueError: no lists, or lists or weights that disagree in the number of utterances.
     """
-    b = len(nbest_av)
-    if len(nbest_view) != b or weights.shape != (b,):
-        raise ValueError(f"n-best lists of {b} and {len(nbest_view)} utterances and weights of shape "
-                         f"{tuple(weights.shape)} must agree")
+    if not nbest_lists:
+        raise ValueError("need at least one n-best list")
+    b = len(nbest_lists[0])
+    if any(len(lst) != b for lst in nbest_lists) or any(w.shape != (b,) for w, _ in views):
+        raise ValueError(f"n-best lists of {[len(lst) for lst in nbest_lists]} utterances and weights of "
+                         f"shapes {[tuple(w.shape) for w, _ in views]} must agree")
     candidates: list[list[int]] = []
     owner: list[int] = []
     for u in range(b):
         seen: set[tuple[int, ...]] = set()
-        for hyp in nbest_av[u] + nbest_view[u]:
+        for hyp in (h for lst in nbest_lists for h in lst[u]):
             key = tuple(hyp.tokens)
             if key not in seen:
                 seen.add(key)
@@ -148,10 +151,14 @@ def rescore_with_view(
     if not candidates:
         return [[] for _ in range(b)]
     index = torch.tensor(owner, dtype=torch.long)
-    att, ctc, s_av = score_av(candidates, index)
-    _, _, s_view = score_view(candidates, index)
-    lens = torch.tensor([len(c) + 1 for c in candidates], dtype=torch.float32, device=s_av.device)
-    total = (s_av + weights.to(s_av)[index.to(s_av.device)] * s_view + penalty * lens).cpu()
+    att, ctc, total = score_av(candidates, index)
+    total = total.clone()
+    for weights, scorer in views:
+        if bool((weights > 0).any()):
+            w = weights.to(total)[index.to(total.device)]
+            total += w * scorer(candidates, index)[2].nan_to_num(neginf=-1e30) * (w > 0)
+    lens = torch.tensor([len(c) + 1 for c in candidates], dtype=torch.float32, device=total.device)
+    total = (total + penalty * lens).cpu()
     att, ctc = att.cpu(), ctc.cpu()
     out: list[list[Hypothesis]] = [[] for _ in range(b)]
     for i in torch.argsort(total, descending=True, stable=True).tolist():

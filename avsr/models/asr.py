@@ -45,7 +45,7 @@ from avsr.compat.safe_load import CheckpointError
 from avsr.config import ConfigError, check_keys, config_path, from_dict, load_yaml, to_dict
 from avsr.decode.beam_search import DecodeConfig, batch_beam_search
 from avsr.decode.hypothesis import Hypothesis
-from avsr.decode.rescore import rescore_with_view, sequence_scores
+from avsr.decode.rescore import rescore_with_views, sequence_scores
 from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
 from avsr.nn.decoder import TransformerDecoder, TransformerDecoderConfig
 from avsr.nn.precision import fp32_context
@@ -522,16 +522,21 @@ class AVSRModel(nn.Module):
         }
         return loss, stats
 
-    def default_video_weight(self) -> float:
-        """The ``video_weight`` of a search config that leaves it None: 1.0 for a model with an audio gate
-        (chosen for the SynthGRID default on festival development data, recipes/synthgrid/avsr1/RESULTS.md,
-        "The lips in the final ranking"), else 0 (AV-HuBERT's models: one search, as the
-        original)."""
-        return 1.0 if getattr(self.encoder, "audio_gate", None) is not None else 0.0
+    def default_view_weights(self) -> tuple[float, float]:
+        """``(video_weight, audio_weight)`` of a search config that leaves them None: (2.5, 0.75) for a model
+        with an audio gate (chosen for the SynthGRID default on festival development data over three seeds,
+        recipes/synthgrid/avsr1/RESULTS.md, "The lips in the final ranking"), else (0, 0) (AV-HuBERT's
+        models: one search, as the original)."""
+        return self.default_view_weights_of(getattr(self.encoder, "audio_gate", None) is not None)
+
+    @staticmethod
+    def default_view_weights_of(audio_gate: bool) -> tuple[float, float]:
+        """:meth:`default_view_weights` of a model with (True) or without an audio gate."""
+        return (2.5, 0.75) if audio_gate else (0.0, 0.0)
 
     def default_decode_options(self) -> dict[str, Any]:
         """Search options used when :meth:`decode` gets no config: :class:`DecodeConfig`'s defaults
-        (``video_weight`` None: :meth:`default_video_weight` at search time), with
+        (``video_weight``, ``audio_weight`` None: :meth:`default_view_weights` at search time), with
         ``ctc_weight`` 1.0 for a CTC-only model and 0.0 for an attention-only one; for an attention-only model
         with fairseq ids (a converted AV-HuBERT seq2seq model), the original's decoding
         (``avhubert/conf/s2s_decode.yaml``: fairseq's beam search, beam 50, ``max_len_a`` 1.0, ``max_len_b``
@@ -584,66 +589,77 @@ class AVSRModel(nn.Module):
         """:meth:`decode_nbest` that also returns what word timings need: ``(hypotheses, ctc_logp (B, T, V)
         float32 or None without a CTC head, enc_lens (B,))``. ``video_features`` as :meth:`encode`.
 
-        With both streams and a ``video_weight`` above 0 (:meth:`video_weight`) the video-only view is
-        searched too, and the hypotheses of both views are ranked by ``s_av + video_weight * gate * s_v``
-        (:func:`avsr.decode.rescore.rescore_with_view`; ``gate``: the utterance's mean audio gate,
-        :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`); ``ctc_logp`` is the fused view's.
+        With both streams and a ``video_weight`` or ``audio_weight`` above 0 (:meth:`view_weights`) the
+        hypotheses are ranked with the single-stream views too: the video-only view is searched as well (when
+        its weight is above 0), and the candidates of both searches score ``s_av + g * (video_weight * s_v +
+        audio_weight * s_a)`` (:func:`avsr.decode.rescore.rescore_with_views`; ``g``: the utterance's mean
+        audio gate, :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`); ``ctc_logp`` is the fused view's.
 
-        Raises: as :meth:`decode_nbest`, and ValueError from :meth:`video_weight`.
+        Raises: as :meth:`decode_nbest`, and ValueError from :meth:`view_weights`.
         """
         was_training = self.training
         self.eval()
         try:
-            weight = self.video_weight(config) if audio is not None and (
-                video is not None or video_features is not None) else 0.0
-            if weight > 0 and video_features is None:  # computed once for both views
+            weights = self.view_weights(config) if audio is not None and (
+                video is not None or video_features is not None) else (0.0, 0.0)
+            if max(weights) > 0 and video_features is None:  # computed once for every view
                 video_features, video = self.encoder.encode_video(video, lengths), None
             enc, enc_lens = self.encode(audio, video, lengths, video_features)
             ctc_logp = self.ctc_log_probs(enc)
             # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
             # (B, F, T) audio -- when audio is given, else the padded frame count (only max_len_a uses it)
             src_len = audio.shape[1] if audio is not None else enc.size(1)
-            if weight == 0:
+            if max(weights) == 0:
                 return self.search(enc, enc_lens, config, ctc_logp, src_len), ctc_logp, enc_lens
-            return self._rescored(audio, video_features, lengths, config, weight, enc, enc_lens, ctc_logp,
+            return self._rescored(audio, video_features, lengths, config, weights, enc, enc_lens, ctc_logp,
                                   src_len), ctc_logp, enc_lens
         finally:
             self.train(was_training)
 
-    def video_weight(self, config: DecodeConfig) -> float:
-        """``config.video_weight``, or :meth:`default_video_weight` when it is None (0 for the fairseq
-        search).
+    def view_weights(self, config: DecodeConfig) -> tuple[float, float]:
+        """``(video_weight, audio_weight)`` of ``config``, each from :meth:`default_view_weights` where it is
+        None; ``(0, 0)`` for the fairseq search.
 
         Raises:
             ValueError: a weight > 0 for a model without an audio gate (names the key).
         """
         if config.search != "espnet":
-            return 0.0
-        weight = config.video_weight if config.video_weight is not None else self.default_video_weight()
-        if weight > 0 and getattr(self.encoder, "audio_gate", None) is None:
-            raise ValueError(f"video_weight {weight:g} needs a model with an audio gate "
-                             "(encoder_conf.audio_gate: true); set video_weight: 0 for this model")
-        return weight
+            return 0.0, 0.0
+        default = self.default_view_weights()
+        weights = (config.video_weight if config.video_weight is not None else default[0],
+                   config.audio_weight if config.audio_weight is not None else default[1])
+        if max(weights) > 0 and getattr(self.encoder, "audio_gate", None) is None:
+            name, value = ("video_weight", weights[0]) if weights[0] > 0 else ("audio_weight", weights[1])
+            raise ValueError(f"{name} {value:g} needs a model with an audio gate (encoder_conf.audio_gate: "
+                             f"true); set {name}: 0 for this model")
+        return weights
 
     def _rescored(self, audio: Tensor, video_features: Tensor, lengths: Tensor, config: DecodeConfig,
-                  weight: float, enc: Tensor, enc_lens: Tensor, ctc_logp: Tensor | None, src_len: int
-                  ) -> list[list[Hypothesis]]:
-        """The fused input's and the video-only view's beam searches (``beam_size`` hypotheses each), joined
-        and ranked by ``s_av + video_weight * gate * s_v`` (:func:`avsr.decode.rescore.rescore_with_view`)."""
+                  weights: tuple[float, float], enc: Tensor, enc_lens: Tensor, ctc_logp: Tensor | None,
+                  src_len: int) -> list[list[Hypothesis]]:
+        """The fused input's beam search and, with a video weight, the video-only view's (``beam_size``
+        hypotheses each), ranked with the single-stream views' scores
+        (:func:`avsr.decode.rescore.rescore_with_views`)."""
         wide = replace(config, nbest=config.beam_size)
-        nbest_av = self.search(enc, enc_lens, wide, ctc_logp, src_len)
-        enc_v, _ = self.encode(None, None, lengths, video_features)
-        ctc_v = self.ctc_log_probs(enc_v)
-        nbest_v = self.search(enc_v, enc_lens, wide, ctc_v, src_len)
-        gate = self.encoder.audio_gate_mean(audio, video_features, lengths)
+        lists = [self.search(enc, enc_lens, wide, ctc_logp, src_len)]
+        gate = self.encoder.audio_gate_mean(audio, video_features, lengths).float()
         ids = {"decoder": self.decoder, "ctc_weight": config.ctc_weight, "sos": self.sos, "eos": self.eos,
                "blank": self.blank}
 
         def scorer(e: Tensor, logp: Tensor | None):
             return lambda cands, index: sequence_scores(cands, index, e, enc_lens, ctc_logp=logp, **ids)
 
-        return rescore_with_view(nbest_av, nbest_v, weight * gate.float(), scorer(enc, ctc_logp),
-                                 scorer(enc_v, ctc_v), penalty=config.penalty, nbest=config.nbest)
+        views = []
+        if weights[0] > 0:
+            enc_v, _ = self.encode(None, None, lengths, video_features)
+            ctc_v = self.ctc_log_probs(enc_v)
+            lists.append(self.search(enc_v, enc_lens, wide, ctc_v, src_len))
+            views.append((weights[0] * gate, scorer(enc_v, ctc_v)))
+        if weights[1] > 0:
+            enc_a, _ = self.encode(audio, None, lengths)
+            views.append((weights[1] * gate, scorer(enc_a, self.ctc_log_probs(enc_a))))
+        return rescore_with_views(lists, scorer(enc, ctc_logp), views, penalty=config.penalty,
+                                  nbest=config.nbest)
 
     def decode(
         self,
