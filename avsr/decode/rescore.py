@@ -22,6 +22,8 @@ right. The audio-only view scores the candidates but adds none of its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -30,7 +32,10 @@ from avsr.decode.hypothesis import Hypothesis
 from avsr.nn.decoder import TransformerDecoder
 from avsr.nn.precision import fp32_context
 
-__all__ = ["sequence_scores", "rescore_with_views"]
+__all__ = ["Scorer", "sequence_scores", "rescore_with_views"]
+
+#: ``(candidates, index) -> (att, ctc, score)``: :func:`sequence_scores` bound to one view's encoder output.
+Scorer = Callable[[list[list[int]], Tensor], tuple[Tensor, Tensor, Tensor]]
 
 
 def sequence_scores(
@@ -105,8 +110,8 @@ def sequence_scores(
 
 def rescore_with_views(
     nbest_lists: list[list[list[Hypothesis]]],
-    score_av,
-    views: list[tuple[Tensor, object]],
+    score_av: Scorer,
+    views: list[tuple[Tensor, Scorer]],
     *,
     penalty: float = 0.0,
     nbest: int = 1,
@@ -156,7 +161,8 @@ def rescore_with_views(
     for weights, scorer in views:
         if bool((weights > 0).any()):
             w = weights.to(total)[index.to(total.device)]
-            total += w * scorer(candidates, index)[2].nan_to_num(neginf=-1e30) * (w > 0)
+            # -inf (a sequence CTC cannot align) as a huge finite score: a weight of 0 then adds 0, not nan
+            total += w * scorer(candidates, index)[2].nan_to_num(neginf=-1e30)
     lens = torch.tensor([len(c) + 1 for c in candidates], dtype=torch.float32, device=total.device)
     total = (total + penalty * lens).cpu()
     att, ctc = att.cpu(), ctc.cpu()
