@@ -272,7 +272,8 @@ FIELD_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
         "dropout", "dropout_input", "dropout_features", "attention_dropout", "activation_dropout",
         "encoder_layerdrop", "decoder_layerdrop", "modality_dropout", "audio_dropout", "noise_prob",
         "noise_prob_audio_only", "av_mismatch_prob", "mask_prob_audio", "mask_prob_image", "ctc_weight",
-        "final_lr_scale", "label_memory_momentum", "edge_silence_prob")},
+        "final_lr_scale", "label_memory_momentum", "edge_silence_prob",
+        "narrowband_prob")},
     **{name: (lambda v: v > 0, "a number > 0") for name in (
         "lr", "max_epoch", "batch_frames", "max_batch_size", "accum_grad", "beam_size", "logit_temp",
         "label_rate", "sample_rate", "pre_beam_ratio", "log_interval", "speed_perturb", "mask_length_audio",

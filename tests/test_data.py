@@ -22,7 +22,7 @@ from avsr.data.dataset import (
 from avsr.data.media import MediaError, read_wav, write_video, write_wav
 from avsr.data.noise import NoiseSource, mix_at_snr
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
-from avsr.features import VIDEO_MEAN, VIDEO_STD, avhubert_audio_features
+from avsr.features import VIDEO_MEAN, VIDEO_STD, avhubert_audio_features, narrowband
 
 WORDS = (
     "BIN LAY PLACE SET BLUE GREEN RED WHITE AT BY IN WITH A B C ONE TWO THREE AGAIN NOW PLEASE SOON".split()
@@ -364,6 +364,33 @@ def test_time_masks_hide_audio_frames_of_audio_visual_items_only_and_reproducibl
     assert torch.equal(evaluation[(0, "audiovisual")]["audio"], plain[0]["audio"])
     with pytest.raises(ValueError, match="num_time_mask"):
         AVDataset(utts, tokenizer, audio_augment=AudioAugment(num_time_mask=-1))
+
+
+def test_narrowband_prob_band_limits_a_share_of_the_items_per_epoch_from_its_own_stream(tmp_path, tokenizer):
+    """narrowband_prob: the audio features of a drawn item are those of its waveform through narrowband(),
+    the others' are unchanged; the draw is a function of (seed, epoch, index) that leaves the other draws
+    (video crop) alone; evaluation items and the cache keep the own, full-band audio."""
+    utts = [make_utt(tmp_path, "s1_a", 12), make_utt(tmp_path, "s2_b", 10)]
+    plain = AVDataset(utts * 10, tokenizer, train=True)
+    ds = AVDataset(utts * 10, tokenizer, train=True, audio_augment=AudioAugment(narrowband_prob=0.5))
+    drawn = []
+    for i in range(20):
+        u, own, item = utts[i % 2], plain[(i, "audiovisual")], ds[(i, "audiovisual")]
+        narrow = avhubert_audio_features(narrowband(read_wav(u.wav)), num_video_frames=u.num_frames)
+        assert torch.equal(item["audio"], narrow) or torch.equal(item["audio"], own["audio"])
+        drawn.append(torch.equal(item["audio"], narrow))
+        assert torch.equal(item["video"], own["video"])  # the crop draws do not move
+    assert 4 <= sum(drawn) <= 16
+    for i, feats in ds._feat_cache.items():
+        assert torch.equal(feats, plain[i]["audio"])  # only the own, full-band features are cached
+    again = AVDataset(utts * 10, tokenizer, train=True, audio_augment=AudioAugment(narrowband_prob=0.5))
+    assert drawn == [not torch.equal(again[(i, "audio")]["audio"], plain[i]["audio"]) for i in range(20)]
+    again.set_epoch(1)
+    assert drawn != [not torch.equal(again[(i, "audio")]["audio"], plain[i]["audio"]) for i in range(20)]
+    evaluation = AVDataset(utts, tokenizer, audio_augment=AudioAugment(narrowband_prob=1.0))
+    assert torch.equal(evaluation[0]["audio"], plain[0]["audio"])
+    with pytest.raises(ValueError, match="narrowband_prob"):
+        AVDataset(utts, tokenizer, audio_augment=AudioAugment(narrowband_prob=1.5))
 
 
 def test_edge_silence_adds_and_trims_silent_frames_of_every_stream_reproducibly(tmp_path, tokenizer):

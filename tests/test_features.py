@@ -22,6 +22,7 @@ from avsr.features import (
     shift_edges,
     silent_edge_quartiles,
     silent_edges,
+    narrowband,
     speed_perturb,
     stack_frames,
     time_mask,
@@ -124,6 +125,29 @@ def test_speed_perturb_scales_pitch_and_duration_and_keeps_video_in_sync():
     assert speed_perturb(tone, 1.1)[1] is None
     with pytest.raises(ValueError, match="positive"):
         speed_perturb(tone, 0.0)
+
+
+def test_narrowband_keeps_the_band_below_4_khz_and_removes_the_one_above():
+    """narrowband: resampled to 8 kHz and back, a 1 kHz tone is kept (length, dtype, amplitude) while a 6 kHz
+    tone is removed (more than 40 dB down); the same as torchaudio's resampling of an 8 kHz recording."""
+    import torchaudio.functional as taf
+
+    sr = 16000
+    t = torch.arange(sr) / sr
+    low, high = torch.sin(2 * math.pi * 1000 * t), torch.sin(2 * math.pi * 6000 * t)
+    out = narrowband(low + high)
+    assert out.shape == (sr,) and out.dtype == torch.float32
+    spectrum = torch.fft.rfft(out[2000:-2000]).abs()
+    bins = out.numel() - 4000
+    at = lambda hz: float(spectrum[round(hz * bins / sr)])  # noqa: E731
+    assert abs(at(1000) / float(torch.fft.rfft(low[2000:-2000]).abs().max()) - 1) < 0.02
+    assert 20 * math.log10(at(6000) / at(1000)) < -40
+    assert torch.allclose(out, taf.resample(taf.resample(low + high, sr, 8000), 8000, sr)[:sr])
+    assert narrowband(torch.zeros(7)).shape == (7,)  # any length comes back
+    with pytest.raises(ValueError, match="rate"):
+        narrowband(low, rate=16000)
+    with pytest.raises(ValueError, match="waveform"):
+        narrowband(low.view(2, -1))
 
 
 def test_silent_edges_counts_whole_quiet_frames_at_each_end():

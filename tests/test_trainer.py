@@ -268,6 +268,16 @@ def test_edge_silence_frames_from_the_train_config_are_checked(tmp_path):
             build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])
 
 
+def test_narrowband_prob_from_the_train_config_is_checked(tmp_path):
+    (tmp_path / "n.yaml").write_text("narrowband_prob: 0.2\n")
+    assert build_audio_augment(load_train_config(tmp_path / "n.yaml")[0]).narrowband_prob == 0.2
+    assert build_audio_augment(TrainConfig(narrowband_prob=0.0)) is None  # nothing changes
+    for bad in ("narrowband_prob: 1.5", "narrowband_prob: -0.1", "narrowband_prob: often"):
+        (tmp_path / "b.yaml").write_text(bad + "\n")
+        with pytest.raises(ConfigError, match="narrowband_prob"):
+            build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])
+
+
 def test_noise_probabilities_per_batch_modality_from_the_train_config(tmp_path):
     write_wav(tmp_path / "n.wav", np.random.default_rng(0).standard_normal(16000).astype(np.float32))
     (tmp_path / "a.yaml").write_text("noise_prob: 0.5\nnoise_prob_audio_only: 0.1\n")

@@ -31,6 +31,7 @@ from avsr.features import (
     crop_video,
     edge_index,
     freq_mask,
+    narrowband,
     normalize_video,
     shift_edges,
     silent_edges,
@@ -130,6 +131,12 @@ class AudioAugment:
             batches on 2 CPU cores; RESULTS.md, "Silence at the edges").
         edge_silence_prob: probability that a training utterance gets the change of
             ``edge_silence_frames`` (drawn from the same stream); the others keep the corpus's edges.
+        narrowband_prob: probability that a training utterance is heard through a narrowband (8 kHz)
+            channel in this epoch: its waveform, noise included, is resampled to 8000 Hz and back to 16 kHz
+            (:func:`narrowband`, as ``avsr.Transcriber`` does with 8 kHz input), so the filterbank channels
+            above 4 kHz hold only the resampler's leakage (telephone, AMR-NB, 8 kHz voices). Drawn from its
+            own stream (seed, epoch, index), so every other draw stays as without it; the two views of an
+            audio-visual item (``keep_clean_audio``) go through the same channel.
 
     Raises (``check``):
         ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
@@ -148,6 +155,7 @@ class AudioAugment:
     edge_silence_frames: tuple[int, int] | None = None
     edge_silence_keep_length: bool = False
     edge_silence_prob: float = 1.0
+    narrowband_prob: float = 0.0
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -169,6 +177,8 @@ class AudioAugment:
                              f"{self.time_mask_width}")
         if not 0.0 <= self.edge_silence_prob <= 1.0:
             raise ValueError(f"edge_silence_prob must be in [0, 1], got {self.edge_silence_prob}")
+        if not 0.0 <= self.narrowband_prob <= 1.0:
+            raise ValueError(f"narrowband_prob must be in [0, 1], got {self.narrowband_prob}")
         if self.edge_silence_frames is not None:
             lo, hi = self.edge_silence_frames
             if not (isinstance(lo, int) and isinstance(hi, int) and lo <= hi):
@@ -184,7 +194,8 @@ class AudioAugment:
         time_masks = self.num_time_mask > 0 and self.time_mask_width > 0
         edges = (self.edge_silence_frames is not None and tuple(self.edge_silence_frames) != (0, 0)
                  and self.edge_silence_prob > 0)
-        return warp or speed or masks or time_masks or edges or self.av_mismatch_prob > 0
+        return (warp or speed or masks or time_masks or edges or self.av_mismatch_prob > 0
+                or self.narrowband_prob > 0)
 
 
 @dataclass
@@ -401,10 +412,15 @@ class AVDataset(torch.utils.data.Dataset):
             if aug is not None and aug.freq_warp is not None:
                 lo, hi = aug.freq_warp
                 warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
-            audio_feats = self._audio_features(index, wav, num_frames, warp, wav is clean and unchanged)
+            narrow = aug is not None and aug.narrowband_prob > 0 and float(torch.rand(
+                (), generator=torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "narrowband"))
+            )) < aug.narrowband_prob
+            heard = narrowband(wav) if narrow else wav
+            audio_feats = self._audio_features(index, heard, num_frames, warp, heard is clean and unchanged)
             if (self.keep_clean_audio and self.train and batch_modality == "audiovisual"
                     and wav is not clean):
-                clean_feats = self._audio_features(index, clean, num_frames, warp, unchanged)
+                clean_feats = self._audio_features(index, narrowband(clean) if narrow else clean, num_frames,
+                                                   warp, unchanged and not narrow)
             if aug is not None:
                 state = ga.get_state()
                 audio_feats = self._masks(audio_feats, aug, ga, index, epoch, batch_modality)

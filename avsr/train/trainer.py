@@ -91,6 +91,9 @@ class TrainConfig:
             that the utterance keeps its length (the speech moves within it; much cheaper on a CPU).
         edge_silence_prob: share of the training utterances that get ``edge_silence_frames`` (per
             utterance and epoch); the others keep the corpus's edges.
+        narrowband_prob: share of the training utterances heard through an 8 kHz channel in each epoch
+            (resampled to 8 kHz and back, per utterance and epoch), see
+            :class:`avsr.data.dataset.AudioAugment`; 0: none.
         speed_perturb: speed factors drawn uniformly per training utterance and epoch, applied to audio and
             video together (ESPnet's ``speed_perturb_factors``, e.g. ``[0.9, 1.0, 1.1]``; null: none).
         seed: seed of initialisation, data order and augmentation.
@@ -148,6 +151,7 @@ class TrainConfig:
     edge_silence_frames: list[int] | None = None
     edge_silence_keep_length: bool = False
     edge_silence_prob: float = 1.0
+    narrowband_prob: float = 0.0
     speed_perturb: list[float] | None = None
     seed: int = 0
     num_workers: int = 0
@@ -310,7 +314,8 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
                        num_time_mask=int(cfg.num_time_mask), time_mask_width=int(cfg.time_mask_width),
                        time_mask_av_only=bool(cfg.time_mask_av_only), edge_silence_frames=edges,
                        edge_silence_keep_length=bool(cfg.edge_silence_keep_length),
-                       edge_silence_prob=float(cfg.edge_silence_prob))
+                       edge_silence_prob=float(cfg.edge_silence_prob),
+                       narrowband_prob=float(cfg.narrowband_prob))
     try:
         aug.check()
     except ValueError as e:
