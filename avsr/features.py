@@ -183,7 +183,8 @@ def narrowband(waveform: torch.Tensor, rate: int = 8000) -> torch.Tensor:
     defaults), the one ``avsr.Transcriber`` applies to input at another rate, so a training utterance
     passed through this looks to the model like an 8 kHz recording (telephone, AMR-NB, festival's and
     flite's 8 kHz voices) given to the recogniser: nothing left above ``rate / 2`` Hz but the resampler's
-    leakage (white noise: 38 dB below the band at 4.7 kHz, 51 dB from 5.6 kHz up). Training augmentation (``AudioAugment.narrowband_prob``).
+    leakage (white noise: 38 dB below the band at 4.7 kHz, 51 dB from 5.6 kHz up). Training augmentation
+    (``AudioAugment.narrowband_prob``).
 
     Args:
         waveform: (N,) float 16 kHz samples.

@@ -351,6 +351,11 @@ class AVDataset(torch.utils.data.Dataset):
         g.manual_seed(stable_seed(self.seed, epoch, index))
         return g
 
+    def _draw(self, index: int, epoch: int, stream: str) -> float:
+        """A uniform number in [0, 1) from the item's own random stream ``stream`` (seed, epoch, index)."""
+        return float(torch.rand((), generator=torch.Generator().manual_seed(
+            stable_seed(self.seed, epoch, index, stream))))
+
     def __getitem__(self, key: int | tuple) -> dict:
         """Item ``key``: an index, ``(index, batch_modality)`` from :class:`ModalityBatchSampler`, or
         ``(index, batch_modality, epoch)`` from :class:`EpochKeyedBatches`.
@@ -412,9 +417,8 @@ class AVDataset(torch.utils.data.Dataset):
             if aug is not None and aug.freq_warp is not None:
                 lo, hi = aug.freq_warp
                 warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
-            narrow = aug is not None and aug.narrowband_prob > 0 and float(torch.rand(
-                (), generator=torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "narrowband"))
-            )) < aug.narrowband_prob
+            narrow = aug is not None and aug.narrowband_prob > 0 and self._draw(
+                index, epoch, "narrowband") < aug.narrowband_prob
             heard = narrowband(wav) if narrow else wav
             audio_feats = self._audio_features(index, heard, num_frames, warp, heard is clean and unchanged)
             if (self.keep_clean_audio and self.train and batch_modality == "audiovisual"
