@@ -389,6 +389,13 @@ def test_narrowband_prob_band_limits_a_share_of_the_items_per_epoch_from_its_own
     assert drawn != [not torch.equal(again[(i, "audio")]["audio"], plain[i]["audio"]) for i in range(20)]
     evaluation = AVDataset(utts, tokenizer, audio_augment=AudioAugment(narrowband_prob=1.0))
     assert torch.equal(evaluation[0]["audio"], plain[0]["audio"])
+    # narrowband_audio_only: only items of audio-only batches go through the channel
+    only = AVDataset(utts, tokenizer, train=True,
+                     audio_augment=AudioAugment(narrowband_prob=1.0, narrowband_audio_only=True))
+    narrow = avhubert_audio_features(narrowband(read_wav(utts[0].wav)), num_video_frames=utts[0].num_frames)
+    assert torch.equal(only[(0, "audio")]["audio"], narrow)
+    assert torch.equal(only[(0, "audiovisual")]["audio"], plain[0]["audio"])
+    assert torch.equal(only[0]["audio"], plain[0]["audio"])  # no batch modality: full band
     with pytest.raises(ValueError, match="narrowband_prob"):
         AVDataset(utts, tokenizer, audio_augment=AudioAugment(narrowband_prob=1.5))
 

@@ -268,9 +268,19 @@ def test_edge_silence_frames_from_the_train_config_are_checked(tmp_path):
             build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])
 
 
-def test_narrowband_prob_from_the_train_config_is_checked(tmp_path):
-    (tmp_path / "n.yaml").write_text("narrowband_prob: 0.2\n")
-    assert build_audio_augment(load_train_config(tmp_path / "n.yaml")[0]).narrowband_prob == 0.2
+def test_narrowband_prob_from_the_train_config_is_checked(setup, tmp_path):
+    tok, utts = setup
+    (tmp_path / "n.yaml").write_text("narrowband_prob: 0.2\nnarrowband_audio_only: true\n")
+    aug = build_audio_augment(load_train_config(tmp_path / "n.yaml")[0])
+    assert (aug.narrowband_prob, aug.narrowband_audio_only) == (0.2, True)
+    narrow = {"narrowband_prob": 0.2, "narrowband_audio_only": True}
+    assert isinstance(make_trainer(tok, utts, tmp_path / "ok", 1, **narrow).sampler, ModalityBatchSampler)
+    MODEL["encoder_conf"]["modality_dropout"] = 0.0
+    try:  # no batch would be marked audio-only: refused, not ignored
+        with pytest.raises(ConfigError, match="narrowband_audio_only.*modality dropout"):
+            make_trainer(tok, utts, tmp_path / "bad", 1, **narrow)
+    finally:
+        MODEL["encoder_conf"]["modality_dropout"] = 0.5
     assert build_audio_augment(TrainConfig(narrowband_prob=0.0)) is None  # nothing changes
     for bad in ("narrowband_prob: 1.5", "narrowband_prob: -0.1", "narrowband_prob: often"):
         (tmp_path / "b.yaml").write_text(bad + "\n")

@@ -137,6 +137,9 @@ class AudioAugment:
             above 4 kHz hold only the resampler's leakage (telephone, AMR-NB, 8 kHz voices). Drawn from its
             own stream (seed, epoch, index), so every other draw stays as without it; the two views of an
             audio-visual item (``keep_clean_audio``) go through the same channel.
+        narrowband_audio_only: give the narrowband channel only to utterances of audio-only batches (batch
+            modality ``audio``): the audio path learns to read band-limited speech while the fused model
+            keeps learning from full-band audio when to trust it.
 
     Raises (``check``):
         ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
@@ -156,6 +159,7 @@ class AudioAugment:
     edge_silence_keep_length: bool = False
     edge_silence_prob: float = 1.0
     narrowband_prob: float = 0.0
+    narrowband_audio_only: bool = False
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -417,8 +421,9 @@ class AVDataset(torch.utils.data.Dataset):
             if aug is not None and aug.freq_warp is not None:
                 lo, hi = aug.freq_warp
                 warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
-            narrow = aug is not None and aug.narrowband_prob > 0 and self._draw(
-                index, epoch, "narrowband") < aug.narrowband_prob
+            narrow = (aug is not None and aug.narrowband_prob > 0
+                      and (not aug.narrowband_audio_only or batch_modality == "audio")
+                      and self._draw(index, epoch, "narrowband") < aug.narrowband_prob)
             heard = narrowband(wav) if narrow else wav
             audio_feats = self._audio_features(index, heard, num_frames, warp, heard is clean and unchanged)
             if (self.keep_clean_audio and self.train and batch_modality == "audiovisual"

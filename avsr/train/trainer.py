@@ -94,6 +94,8 @@ class TrainConfig:
         narrowband_prob: share of the training utterances heard through an 8 kHz channel in each epoch
             (resampled to 8 kHz and back, per utterance and epoch), see
             :class:`avsr.data.dataset.AudioAugment`; 0: none.
+        narrowband_audio_only: the narrowband channel for utterances of audio-only batches only; needs
+            modality dropout drawn by the loader, as ``time_mask_av_only``.
         speed_perturb: speed factors drawn uniformly per training utterance and epoch, applied to audio and
             video together (ESPnet's ``speed_perturb_factors``, e.g. ``[0.9, 1.0, 1.1]``; null: none).
         seed: seed of initialisation, data order and augmentation.
@@ -152,6 +154,7 @@ class TrainConfig:
     edge_silence_keep_length: bool = False
     edge_silence_prob: float = 1.0
     narrowband_prob: float = 0.0
+    narrowband_audio_only: bool = False
     speed_perturb: list[float] | None = None
     seed: int = 0
     num_workers: int = 0
@@ -315,7 +318,8 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
                        time_mask_av_only=bool(cfg.time_mask_av_only), edge_silence_frames=edges,
                        edge_silence_keep_length=bool(cfg.edge_silence_keep_length),
                        edge_silence_prob=float(cfg.edge_silence_prob),
-                       narrowband_prob=float(cfg.narrowband_prob))
+                       narrowband_prob=float(cfg.narrowband_prob),
+                       narrowband_audio_only=bool(cfg.narrowband_audio_only))
     try:
         aug.check()
     except ValueError as e:
@@ -453,6 +457,11 @@ class Trainer:
             raise ConfigError("time_mask_av_only needs modality dropout drawn by the loader (an encoder with "
                               "modality_dropout > 0 and a training set with audio and video): no batch is "
                               "marked audio-visual otherwise")
+        if (cfg.narrowband_audio_only and cfg.narrowband_prob > 0
+                and not isinstance(self.sampler, ModalityBatchSampler)):
+            raise ConfigError("narrowband_audio_only needs modality dropout drawn by the loader (an encoder "
+                              "with modality_dropout > 0 and a training set with audio and video): no batch "
+                              "is marked audio-only otherwise")
         views = getattr(getattr(model, "conf", None), "av_batch_views", ())
         if "audiovisual_clean" in views:  # the loader keeps the clean audio of audio-visual batches
             if not isinstance(self.sampler, ModalityBatchSampler):
