@@ -448,26 +448,22 @@ class Trainer:
             # modality dropout drawn per batch by the loader: audio-only batches skip the video's crop and
             # get their own noise probability; the encoder then does not draw again
             self.sampler = encoder.hand_over_modality_dropout(buckets, seed=cfg.seed)
-        if cfg.av_mismatch_prob > 0 and not isinstance(self.sampler, ModalityBatchSampler):
-            raise ConfigError("av_mismatch_prob > 0 needs modality dropout drawn by the loader (an encoder "
-                              "with modality_dropout > 0 and a training set with audio and video): no batch "
-                              "is marked audio-visual otherwise")
-        if (cfg.time_mask_av_only and cfg.num_time_mask > 0 and cfg.time_mask_width > 0
-                and not isinstance(self.sampler, ModalityBatchSampler)):
-            raise ConfigError("time_mask_av_only needs modality dropout drawn by the loader (an encoder with "
-                              "modality_dropout > 0 and a training set with audio and video): no batch is "
-                              "marked audio-visual otherwise")
-        if (cfg.narrowband_audio_only and cfg.narrowband_prob > 0
-                and not isinstance(self.sampler, ModalityBatchSampler)):
-            raise ConfigError("narrowband_audio_only needs modality dropout drawn by the loader (an encoder "
-                              "with modality_dropout > 0 and a training set with audio and video): no batch "
-                              "is marked audio-only otherwise")
         views = getattr(getattr(model, "conf", None), "av_batch_views", ())
+        # options that act on the batch modality the loader draws: refused, not ignored, without it
+        needs_batch_modality = {
+            "av_mismatch_prob > 0": (cfg.av_mismatch_prob > 0, "audio-visual"),
+            "time_mask_av_only": (cfg.time_mask_av_only and cfg.num_time_mask > 0 and cfg.time_mask_width > 0,
+                                  "audio-visual"),
+            "narrowband_audio_only": (cfg.narrowband_audio_only and cfg.narrowband_prob > 0, "audio-only"),
+            "model_conf.av_batch_views audiovisual_clean": ("audiovisual_clean" in views, "audio-visual"),
+        }
+        if not isinstance(self.sampler, ModalityBatchSampler):
+            for name, (used, marked) in needs_batch_modality.items():
+                if used:
+                    raise ConfigError(f"{name} needs modality dropout drawn by the loader (an encoder with "
+                                      f"modality_dropout > 0 and a training set with audio and video): no "
+                                      f"batch is marked {marked} otherwise")
         if "audiovisual_clean" in views:  # the loader keeps the clean audio of audio-visual batches
-            if not isinstance(self.sampler, ModalityBatchSampler):
-                raise ConfigError("model_conf.av_batch_views audiovisual_clean needs modality dropout drawn "
-                                  "by the loader (an encoder with modality_dropout > 0 and a training set "
-                                  "with audio and video): no batch is marked audio-visual otherwise")
             train_set.keep_clean_audio = True
         if cfg.av_mismatch_prob > 0 and cfg.av_mismatch_noisy_only and train_set.noise is None:
             raise ConfigError("av_mismatch_noisy_only needs training noise (--train-noise, noise_prob > 0)")
