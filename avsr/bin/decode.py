@@ -81,9 +81,10 @@ def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> 
         checkpoints = [_file_id(source)]
     else:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
-    decode = to_dict(DecodeConfig.from_yaml(config_path(args.decode_config, "decode")))
+    config = DecodeConfig.from_yaml(config_path(args.decode_config, "decode"))
+    decode = to_dict(config)
     # the views' weights are recorded below only where they change the hypotheses
-    given = (decode.pop("video_weight"), decode.pop("audio_weight"))
+    del decode["video_weight"], decode["audio_weight"]
     settings = {
         "model": str(source.resolve()),
         "checkpoints": checkpoints,
@@ -92,15 +93,15 @@ def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> 
         "data": str(args.data.resolve()),
         "precision": args.precision,
     }
-    rescored = "audiovisual" in args.modalities and decode.get("search", "espnet") == "espnet"
+    rescored = "audiovisual" in args.modalities and config.search == "espnet"
     defaults = (None, (0.0, 0.0))  # read from the checkpoint only when needed, once (official ones are big)
-    if args.edge_frames == "model" or (rescored and None in given):
+    if args.edge_frames == "model" or (rescored and None in (config.video_weight, config.audio_weight)):
         defaults = model_defaults(source, args.average_nbest)
     edges = defaults[0] if args.edge_frames == "model" else args.edge_frames
     if edges is not None:  # recorded only when inputs are changed: earlier results stay valid
         settings["edge_frames"] = [list(edges[0]), list(edges[1])]
     if rescored:
-        weights = [d if w is None else w for w, d in zip(given, defaults[1])]
+        weights = config.view_weights(defaults[1])
         if max(weights) > 0:  # audio-visual results only (see main)
             settings["view_weights"] = {"video_weight": weights[0], "audio_weight": weights[1]}
     return settings

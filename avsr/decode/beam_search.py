@@ -164,6 +164,14 @@ class DecodeConfig:
             if weight is not None and not (weight >= 0 and math.isfinite(weight)):
                 raise ValueError(f"{name} must be a finite number >= 0 (or null), got {weight}")
 
+    def view_weights(self, default: tuple[float, float]) -> tuple[float, float]:
+        """``(video_weight, audio_weight)``, each ``default``'s where it is None; ``(0, 0)`` for a search
+        other than ``espnet`` (which has no final ranking)."""
+        if self.search != "espnet":
+            return 0.0, 0.0
+        return (self.video_weight if self.video_weight is not None else default[0],
+                self.audio_weight if self.audio_weight is not None else default[1])
+
     @classmethod
     def from_yaml(cls, path: str | os.PathLike, **overrides) -> DecodeConfig:
         """Read a decoding YAML file (its top level holds the fields); ``overrides`` win.

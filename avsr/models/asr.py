@@ -623,11 +623,7 @@ class AVSRModel(nn.Module):
         Raises:
             ValueError: a weight > 0 for a model without an audio gate (names the key).
         """
-        if config.search != "espnet":
-            return 0.0, 0.0
-        default = self.default_view_weights()
-        weights = (config.video_weight if config.video_weight is not None else default[0],
-                   config.audio_weight if config.audio_weight is not None else default[1])
+        weights = config.view_weights(self.default_view_weights())
         if max(weights) > 0 and getattr(self.encoder, "audio_gate", None) is None:
             name, value = ("video_weight", weights[0]) if weights[0] > 0 else ("audio_weight", weights[1])
             raise ValueError(f"{name} {value:g} needs a model with an audio gate (encoder_conf.audio_gate: "
