@@ -436,6 +436,12 @@ class Transcriber:
             and video-only items without audio keep theirs (``info["edges_note"]``). The change made is
             ``info["edges_changed_frames"]``; ``num_frames`` and word timings stay those of the input. None:
             inputs as given.
+        narrowband_trained: whether the model heard band-limited (8 kHz) audio in training (the checkpoint's
+            ``data_stats["narrowband_prob"]`` > 0, see :meth:`from_pretrained`). When False, audio recorded
+            below 16 kHz (``info["resampled_from_hz"]``: no frequencies above half that rate) gets a warning
+            (``info["warning"]``, and one log line per call naming the first such input): a model trained on
+            full-band audio misreads it (SynthGRID's default: 22% WER at 8 kHz against 2.7% as recorded,
+            recipes/synthgrid/avsr1/RESULTS.md, "Narrowband audio").
 
     Raises:
         avsr.config.ConfigError: a bad decoding configuration (unknown key named).
@@ -453,6 +459,7 @@ class Transcriber:
         max_segment_s: float | None = None,
         train_max_s: float | None = None,
         edge_frames: Sequence[int | Sequence[int]] | None = None,
+        narrowband_trained: bool = False,
     ) -> None:
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
@@ -463,6 +470,7 @@ class Transcriber:
         self.device = torch.device(device)
         self.max_segment_s = max_segment_s
         self.train_max_s = train_max_s
+        self.narrowband_trained = bool(narrowband_trained)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.precision = precision
@@ -510,8 +518,9 @@ class Transcriber:
                 model's training audio, from the checkpoint's ``data_stats`` when the trainer recorded them
                 (avsr models trained since 2026-11-26), else None (official checkpoints: inputs as given).
 
-        The longest training utterance (``train_max_s`` of the class) comes from the checkpoint's
-        ``data_stats`` when the trainer recorded it.
+        The longest training utterance (``train_max_s`` of the class) and whether the model heard narrowband
+        audio (``narrowband_trained``) come from the checkpoint's ``data_stats`` when the trainer recorded
+        them.
 
         Raises:
             FileNotFoundError: no such directory/file, no checkpoint in the directory, no tokenizer.
@@ -546,7 +555,7 @@ class Transcriber:
                 logger.info("inputs get the silent edges of the training audio: %d-%d frames (40 ms) before "
                             "the speech, %d-%d after", *edge_frames[0], *edge_frames[1])
         return cls(model, tokenizer, decode_config, device, precision, batch_frames, max_segment_s,
-                   train_max_s, edge_frames)
+                   train_max_s, edge_frames, narrowband_trained=bool(stats.get("narrowband_prob")))
 
     # --- one utterance ---------------------------------------------------------------------------------
 
@@ -664,6 +673,7 @@ class Transcriber:
                                     video_cache, root, bar)
         bar.close()
         out = [r for r in results if r is not None]
+        self._warn_low_rate(out)
         failed = [r for r in out if not r.ok]
         for r in failed:
             logger.warning("%s: %s", r.key, r.error)
@@ -674,6 +684,24 @@ class Transcriber:
         return out
 
     # --- internals -------------------------------------------------------------------------------------
+
+    def _warn_low_rate(self, results: list[Transcript]) -> None:
+        """``narrowband_trained`` False: a warning on each transcript whose audio was recorded below 16 kHz,
+        and one log line for them all."""
+        if self.narrowband_trained:
+            return
+        low = [r for r in results if r.ok and r.info.get("resampled_from_hz", SAMPLE_RATE) < SAMPLE_RATE]
+        for r in low:
+            rate = r.info["resampled_from_hz"]
+            note = (f"recorded at {rate} Hz: no frequencies above {rate // 2} Hz, which this model never "
+                    "heard in training (full-band 16 kHz audio); expect a much higher WER")
+            r.info["warning"] = f"{r.info['warning']}; {note}" if r.info.get("warning") else note
+        if low:
+            lowest = min(low, key=lambda r: r.info["resampled_from_hz"])
+            logger.warning("%d of %d inputs were recorded below 16 kHz (the lowest: %s at %d Hz) and have no "
+                           "frequencies above half their rate; this model was trained on full-band audio and "
+                           "misreads them (a model trained with narrowband_prob does not)", len(low),
+                           len(results), lowest.key, lowest.info["resampled_from_hz"])
 
     @staticmethod
     def _noise_source(noise: Any) -> NoiseSource | None:

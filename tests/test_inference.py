@@ -7,6 +7,7 @@ paths that must give the same words, and the errors, not accuracy.
 
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -199,6 +200,26 @@ def test_audio_at_another_sample_rate_is_resampled(env, tmp_path):
     from_array = tr(audio=wav48, sample_rate=48000)
     assert from_file.info["resampled_from_hz"] == 48000 and from_array.info["resampled_from_hz"] == 48000
     assert abs(from_file.num_frames - 30) <= 1 and from_array.num_frames == from_file.num_frames
+
+
+def test_audio_recorded_below_16k_gets_a_warning_unless_the_model_heard_narrowband(env, tmp_path, caplog):
+    import torchaudio
+
+    wav = read_wav(env["utts"][0][1])
+    wav8 = torchaudio.functional.resample(wav, 16000, 8000)
+    write_wav(tmp_path / "a8.wav", wav8, sample_rate=8000)
+    wav48 = torchaudio.functional.resample(wav, 16000, 48000)
+    tr = _transcriber(env)
+    with caplog.at_level(logging.WARNING, logger="avsr.inference"):
+        out = tr.transcribe_batch([TranscribeItem(audio=tmp_path / "a8.wav", key="phone"),
+                                   TranscribeItem(audio=wav48, sample_rate=48000, key="studio"),
+                                   TranscribeItem(audio=wav, key="plain")], modality="audio")
+    assert "recorded at 8000 Hz: no frequencies above 4000 Hz" in out[0].info["warning"]
+    assert "warning" not in out[1].info and "warning" not in out[2].info
+    lines = [r.getMessage() for r in caplog.records if "below 16 kHz" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("1 of 3 inputs") and "phone at 8000 Hz" in lines[0]
+    trained = Transcriber(env["models"][0], env["tokenizer"], DECODE, narrowband_trained=True)
+    assert "warning" not in trained(audio=tmp_path / "a8.wav").info
 
 
 def test_bad_inputs_are_errors_naming_the_input(env, tmp_path):
@@ -425,6 +446,10 @@ def test_from_pretrained_takes_the_edges_its_trainer_recorded(env, tmp_path):
     assert Transcriber.from_pretrained(exp, decode_config=DECODE, edge_frames=(2, 2)).edge_frames == (
         (2, 2), (2, 2))
     assert Transcriber.from_pretrained(env["exp"], decode_config=DECODE).edge_frames is None
+    assert not Transcriber.from_pretrained(exp, decode_config=DECODE).narrowband_trained
+    ckpt["data_stats"]["narrowband_prob"] = 0.2  # the trainer records it: the model heard 8 kHz audio
+    save_atomic(ckpt, exp / "epoch2.pt")
+    assert Transcriber.from_pretrained(exp, decode_config=DECODE).narrowband_trained
     assert parse_edge_frames("model") == "model" and parse_edge_frames("off") is None
     assert parse_edge_frames(" 5,4 ") == ((5, 5), (4, 4))
     assert parse_edge_frames("4-6,3") == ((4, 6), (3, 3))

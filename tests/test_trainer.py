@@ -93,7 +93,8 @@ def test_resume_takes_the_learning_rate_of_the_config_and_checkpoints_record_the
     first = make_trainer(tok, utts, tmp_path, max_epoch=1)
     first.run()
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
-    assert ckpt["data_stats"] == {"max_frames": max(u.num_frames for u in utts), "num_utts": len(utts)}
+    assert ckpt["data_stats"] == {"max_frames": max(u.num_frames for u in utts), "num_utts": len(utts),
+                                  "narrowband_prob": 0.0}
     resumed = make_trainer(tok, utts, tmp_path, max_epoch=2)
     resumed.cfg.lr, resumed.cfg.weight_decay = 4e-3, 0.05  # resumed with --allow-config-change
     assert resumed.resume()

@@ -428,7 +428,8 @@ class Trainer:
         self.train_set, self.valid_set = train_set, valid_set
         lengths = [train_set.num_frames(i) for i in range(len(train_set))]
         # what inference needs to know of the training data (the Transcriber's warning and segmentation)
-        self.data_stats = {"max_frames": max(lengths, default=0), "num_utts": len(lengths)}
+        self.data_stats = {"max_frames": max(lengths, default=0), "num_utts": len(lengths),
+                           "narrowband_prob": cfg.narrowband_prob}
         edges = _training_edges(train_set)
         if edges is not None:  # the edges the Transcriber brings every input into (avsr.features.edge_shift)
             self.data_stats["edge_frames"] = [list(edges[0]), list(edges[1])]
