@@ -700,7 +700,7 @@ class Transcriber:
             lowest = min(low, key=lambda r: r.info["resampled_from_hz"])
             logger.warning("%d of %d inputs were recorded below 16 kHz (the lowest: %s at %d Hz) and have no "
                            "frequencies above half their rate; this model was trained on full-band audio and "
-                           "misreads them (a model trained with narrowband_prob does not)", len(low),
+                           "misreads them (for such audio, train with narrowband_prob)", len(low),
                            len(results), lowest.key, lowest.info["resampled_from_hz"])
 
     @staticmethod
