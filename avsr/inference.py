@@ -149,7 +149,8 @@ class Transcript:
         modality: ``audio``, ``video`` or ``audiovisual``.
         num_frames: the input's length in 25 fps frames.
         info: facts about the input (``frames_without_face``, ``audio_padded_s``, ``resampled_from_hz``,
-            ``noise``, ``snr_db``, ``words_note``).
+            ``noise``, ``snr_db``, ``words_note``, ``edges_changed_frames``, ``edges_note``) and ``warning``
+            (an input longer than the model's training utterances, audio recorded below 16 kHz).
         error: why the item could not be transcribed, or None.
     """
 
