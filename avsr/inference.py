@@ -437,12 +437,13 @@ class Transcriber:
             and video-only items without audio keep theirs (``info["edges_note"]``). The change made is
             ``info["edges_changed_frames"]``; ``num_frames`` and word timings stay those of the input. None:
             inputs as given.
-        narrowband_trained: whether the model heard band-limited (8 kHz) audio in training (the checkpoint's
-            ``data_stats["narrowband_prob"]`` > 0, see :meth:`from_pretrained`). When False, audio recorded
-            below 16 kHz (``info["resampled_from_hz"]``: no frequencies above half that rate) gets a warning
-            (``info["warning"]``, and one log line per call naming the first such input): a model trained on
-            full-band audio misreads it (SynthGRID's default: 22% WER at 8 kHz against 2.7% as recorded,
-            recipes/synthgrid/avsr1/RESULTS.md, "Narrowband audio").
+        narrowband_trained: whether the model was trained with the 8 kHz channel (the checkpoint's
+            ``data_stats["narrowband_prob"]`` > 0, see :meth:`from_pretrained`; a training corpus that is
+            band-limited itself, such as SynthGRID's many-voice corpus, is not known here). When False,
+            audio recorded below 16 kHz (``info["resampled_from_hz"]``: no frequencies above half that rate)
+            gets a warning (``info["warning"]``, and one log line per call naming the lowest-rate input): a
+            model trained on full-band audio misreads it (SynthGRID's default: 22% WER at 8 kHz against 2.7%
+            as recorded, recipes/synthgrid/avsr1/RESULTS.md, "Narrowband audio").
 
     Raises:
         avsr.config.ConfigError: a bad decoding configuration (unknown key named).
@@ -694,15 +695,16 @@ class Transcriber:
         low = [r for r in results if r.ok and r.info.get("resampled_from_hz", SAMPLE_RATE) < SAMPLE_RATE]
         for r in low:
             rate = r.info["resampled_from_hz"]
-            note = (f"recorded at {rate} Hz: no frequencies above {rate // 2} Hz, which this model never "
-                    "heard in training (full-band 16 kHz audio); expect a much higher WER")
+            note = (f"recorded at {rate} Hz: no frequencies above {rate // 2} Hz; a model trained on "
+                    "full-band audio misreads such audio, and this one was trained without narrowband_prob: "
+                    "expect a higher WER")
             r.info["warning"] = f"{r.info['warning']}; {note}" if r.info.get("warning") else note
         if low:
             lowest = min(low, key=lambda r: r.info["resampled_from_hz"])
             logger.warning("%d of %d inputs were recorded below 16 kHz (the lowest: %s at %d Hz) and have no "
-                           "frequencies above half their rate; this model was trained on full-band audio and "
-                           "misreads them (for such audio, train with narrowband_prob)", len(low),
-                           len(results), lowest.key, lowest.info["resampled_from_hz"])
+                           "frequencies above half their rate; models trained on full-band audio misread "
+                           "them, and this one was trained without narrowband_prob", len(low), len(results),
+                           lowest.key, lowest.info["resampled_from_hz"])
 
     @staticmethod
     def _noise_source(noise: Any) -> NoiseSource | None:
