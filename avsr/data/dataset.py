@@ -350,15 +350,10 @@ class AVDataset(torch.utils.data.Dataset):
         self._cache_bytes += nbytes
         return True
 
-    def _generator(self, index: int, epoch: int) -> torch.Generator:
-        g = torch.Generator()
-        g.manual_seed(stable_seed(self.seed, epoch, index))
-        return g
-
-    def _draw(self, index: int, epoch: int, stream: str) -> float:
-        """A uniform number in [0, 1) from the item's own random stream ``stream`` (seed, epoch, index)."""
-        return float(torch.rand((), generator=torch.Generator().manual_seed(
-            stable_seed(self.seed, epoch, index, stream))))
+    def _generator(self, index: int, epoch: int, *stream: str) -> torch.Generator:
+        """The item's random stream in ``epoch`` (seed, epoch, index); a named ``stream`` is one of its own
+        (an augmentation whose draws must not move the others)."""
+        return torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, *stream))
 
     def __getitem__(self, key: int | tuple) -> dict:
         """Item ``key``: an index, ``(index, batch_modality)`` from :class:`ModalityBatchSampler`, or
@@ -393,7 +388,7 @@ class AVDataset(torch.utils.data.Dataset):
         aug = self.audio_augment if self.train else None
         ga, factor, edges = None, 1.0, (0, 0)
         if aug is not None:  # its own random stream: the video crop and noise draws stay as without it
-            ga = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "audio_augment"))
+            ga = self._generator(index, epoch, "audio_augment")
             if aug.speed_factors and wav is not None:
                 factor = aug.speed_factors[int(torch.randint(0, len(aug.speed_factors), (1,), generator=ga))]
                 wav, video = speed_perturb(wav, factor, video)
@@ -423,7 +418,8 @@ class AVDataset(torch.utils.data.Dataset):
                 warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
             narrow = (aug is not None and aug.narrowband_prob > 0
                       and (not aug.narrowband_audio_only or batch_modality == "audio")
-                      and self._draw(index, epoch, "narrowband") < aug.narrowband_prob)
+                      and float(torch.rand((), generator=self._generator(index, epoch, "narrowband")))
+                      < aug.narrowband_prob)
             heard = narrowband(wav) if narrow else wav
             audio_feats = self._audio_features(index, heard, num_frames, warp, heard is clean and unchanged)
             if (self.keep_clean_audio and self.train and batch_modality == "audiovisual"
@@ -473,7 +469,7 @@ class AVDataset(torch.utils.data.Dataset):
         or removed at the two ends, drawn from their own stream (seed, epoch, index); removal is limited to
         the silent frames of ``wav`` (with no audio loaded, nothing is removed). Returns the new streams and
         ``(start, end)`` as applied."""
-        g = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "edge_silence"))
+        g = self._generator(index, epoch, "edge_silence")
         if prob < 1.0 and float(torch.rand((), generator=g)) >= prob:
             return wav, video, (0, 0)
         start, end = (int(k) for k in torch.randint(bounds[0], bounds[1] + 1, (2,), generator=g))
@@ -492,7 +488,7 @@ class AVDataset(torch.utils.data.Dataset):
         """The frequency masks (drawn from ``ga``) and time masks (their own stream) of ``aug``."""
         feats = freq_mask(feats, aug.num_freq_mask, aug.freq_mask_width, generator=ga)
         if aug.num_time_mask and (not aug.time_mask_av_only or batch_modality == "audiovisual"):
-            gt = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "time_mask"))
+            gt = self._generator(index, epoch, "time_mask")
             feats = time_mask(feats, aug.num_time_mask, aug.time_mask_width, generator=gt)
         return feats
 
@@ -501,7 +497,7 @@ class AVDataset(torch.utils.data.Dataset):
         another speaker (unperturbed), repeated or cut to ``num_samples``; else None (the item keeps its
         own). The draws come from their own stream (seed, epoch, index), so the other augmentation draws do
         not move."""
-        g = torch.Generator().manual_seed(stable_seed(self.seed, epoch, index, "av_mismatch"))
+        g = self._generator(index, epoch, "av_mismatch")
         if float(torch.rand((), generator=g)) >= prob or len(self.utts) < 2:
             return None
         speaker = self.utts[index].speaker
