@@ -74,7 +74,7 @@ from avsr.features import (
     shift_edges,
 )
 from avsr.models.asr import AVSRModel
-from avsr.nn.precision import autocast_context
+from avsr.nn.precision import autocast_context, check_precision, resolve_precision
 from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 
 __all__ = [
@@ -102,8 +102,6 @@ MIN_FRAMES = 2
 #: largest difference, in frames, between the audio (samples / 640) and the video of one utterance
 #: (as :class:`avsr.data.dataset.AVDataset`'s ``max_frame_diff``).
 MAX_FRAME_DIFF = 2
-#: precisions of the encoder at inference.
-PRECISIONS = ("fp32", "bf16")
 #: most silent frames (40 ms) :class:`Transcriber`'s ``edge_frames`` may ask for at each end (2 s).
 MAX_EDGE_FRAMES = 50
 
@@ -417,7 +415,9 @@ class Transcriber:
             the model's defaults (:meth:`AVSRModel.default_decode_options`: the original's fairseq search for
             official seq2seq models, joint CTC/attention for avsr's).
         device: where the model runs (``"cpu"``, ``"cuda"``).
-        precision: ``fp32``, or ``bf16`` (the encoder under bf16 autocast; scores stay float32).
+        precision: ``fp32`` (default: the same WER on every machine), ``bf16`` (the encoder under bf16
+            autocast; scores stay float32) or ``auto`` (``bf16`` where the device computes it natively,
+            :func:`avsr.nn.precision.resolve_precision`; resolved here, in :attr:`precision`).
         batch_frames: padded 25 fps frames per batch in :meth:`transcribe_batch`.
         max_segment_s: long input: an utterance longer than this (seconds) is cut at pauses into pieces of at
             most this length (:func:`pause_cuts`), which are decoded batched and joined (text, tokens, summed
@@ -463,8 +463,7 @@ class Transcriber:
         edge_frames: Sequence[int | Sequence[int]] | None = None,
         narrowband_trained: bool = False,
     ) -> None:
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        check_precision(precision)
         self.edge_frames: EdgeRanges | None = (
             _edge_ranges(edge_frames, "edge_frames") if edge_frames is not None else None)
         if max_segment_s is not None and max_segment_s * FPS < 2 * MIN_FRAMES:
@@ -475,7 +474,7 @@ class Transcriber:
         self.narrowband_trained = bool(narrowband_trained)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
-        self.precision = precision
+        self.precision = resolve_precision(precision, self.device)
         self.batch_frames = int(batch_frames)
         self.config = self._decode_config(decode_config)
         self._upper = isinstance(tokenizer, FairseqTokenizer)

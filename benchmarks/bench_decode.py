@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from avsr.decode import DecodeConfig, batch_beam_search  # noqa: E402
 from avsr.nn.decoder import TransformerDecoder  # noqa: E402
+from avsr.nn.precision import machine_summary  # noqa: E402
 
 FPS = 25.0
 MODES = {
@@ -57,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
+    print(machine_summary(getattr(args, "device", "cpu")), flush=True)  # where the figures come from
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)

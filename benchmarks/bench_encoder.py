@@ -78,11 +78,11 @@ sys.path.insert(0, str(REPO))
 from avsr.config import load_yaml  # noqa: E402
 from avsr.encoder import AVHubertEncoder  # noqa: E402
 from avsr.models.asr import AVSRModel  # noqa: E402
-from avsr.nn.precision import autocast_context  # noqa: E402
+from avsr.nn.precision import autocast_context, machine_summary, resolve_precision  # noqa: E402, I001
 from avsr.train.trainer import compile_model, make_adamw  # noqa: E402
 
 MEASURES = ("forward", "forward_backward", "train_step")
-MODE_TOKENS = ("fp32", "bf16", "compile", "cl", "nchw", "ckpt", "round")
+MODE_TOKENS = ("fp32", "bf16", "auto", "compile", "cl", "nchw", "ckpt", "round")
 DEFAULT_MODES = "fp32,bf16+nchw,bf16,compile,compile+bf16"
 NO_DROPOUT = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, dropout_input=0.0,
                   encoder_layerdrop=0.0)
@@ -104,12 +104,16 @@ class Mode:
         return "bf16" if self.bf16 else "fp32"
 
 
-def parse_mode(name: str) -> Mode:
-    """``"compile+bf16+cl"`` -> Mode. Raises SystemExit on an unknown token."""
+def parse_mode(name: str, device: str = "cpu") -> Mode:
+    """``"compile+bf16+cl"`` -> Mode; ``auto`` is ``bf16`` where ``device`` computes bfloat16 natively, else
+    ``fp32`` (:func:`avsr.nn.precision.resolve_precision`, as the training setting). Raises SystemExit on an
+    unknown token."""
     tokens = name.split("+")
     bad = [t for t in tokens if t not in MODE_TOKENS]
-    if bad or ("fp32" in tokens and "bf16" in tokens) or ("cl" in tokens and "nchw" in tokens):
+    if bad or sum(t in tokens for t in ("fp32", "bf16", "auto")) > 1 or ("cl" in tokens and "nchw" in tokens):
         raise SystemExit(f"--modes: bad mode {name!r} (tokens: {', '.join(MODE_TOKENS)})")
+    if "auto" in tokens:
+        tokens[tokens.index("auto")] = resolve_precision("auto", device)
     has = {t: t in tokens for t in MODE_TOKENS}
     # fp32 without a layout token is the reference: the original's layout (and its unfused BatchNorm)
     layout = True if has["cl"] else False if has["nchw"] else (None if has["bf16"] else False)
@@ -312,7 +316,8 @@ def bench_one(args: argparse.Namespace, config: str, measure: str, threads: int,
     for m in modes:
         med, best = statistics.median(times[m.name]), min(times[m.name])
         rows.append({
-            "config": config, "device": device.type, "threads": threads, "mode": m.name, "measure": measure,
+            "config": config, "device": device.type, "machine": machine_summary(device), "threads": threads,
+            "mode": m.name, "measure": measure,
             "median_s": round(med, 4), "min_s": round(best, 4), "frames_per_s": round(frames / med, 1),
             "peak_mem_mib": round(cuda_peak[m.name], 1) if m.name in cuda_peak else None,
             "ratio_vs_fp32": round(fp32_median / med, 3) if fp32_median else None,
@@ -330,7 +335,7 @@ def bench_one(args: argparse.Namespace, config: str, measure: str, threads: int,
 def child_memory(args: argparse.Namespace) -> None:
     """In a fresh process: warm up one mode, then print the peak RSS (MiB) of one more call."""
     torch.set_num_threads(int(args.threads))
-    mode = parse_mode(args.modes)
+    mode = parse_mode(args.modes, args.device)
     bench = Bench(args, args.config, args.measure, torch.device("cpu"))
     for _ in range(max(1, args.warmup)):
         bench.step(mode)
@@ -392,7 +397,8 @@ def main(argv: list[str] | None = None) -> None:
         child_memory(args)
         return
     args.reps = args.reps or (3 if args.quick else 5)
-    modes = [parse_mode(m) for m in (args.modes or ("fp32,bf16+nchw,bf16" if args.quick else DEFAULT_MODES))
+    modes = [parse_mode(m, args.device)
+             for m in (args.modes or ("fp32,bf16+nchw,bf16" if args.quick else DEFAULT_MODES))
              .split(",")]
     if "fp32" not in [m.name for m in modes]:
         modes.insert(0, parse_mode("fp32"))
@@ -404,6 +410,7 @@ def main(argv: list[str] | None = None) -> None:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: CUDA is not available")
     torch._dynamo.config.recompile_limit = 64  # modes share code objects: one graph per mode and measure
+    print(machine_summary(device))
     print(f"torch {torch.__version__}, device {device}, batch {args.batch} x {args.frames} frames, modality "
           f"{args.modality}, {args.reps} reps, load average {load_avg():.2f}", flush=True)
     rows = []

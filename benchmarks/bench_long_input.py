@@ -31,6 +31,7 @@ from avsr.data.datadir import read_datadir  # noqa: E402
 from avsr.data.media import read_video, read_wav  # noqa: E402
 from avsr.decode.scoring import word_errors  # noqa: E402
 from avsr.inference import TranscribeItem, Transcriber, model_edge_frames, parse_edge_frames  # noqa: E402
+from avsr.nn.precision import machine_summary  # noqa: E402
 
 FPS = 25
 
@@ -45,6 +46,7 @@ def main() -> None:
     p.add_argument("--edge-frames", default="model", help="'model' or START,END")
     p.add_argument("--threads", type=int, default=2)
     args = p.parse_args()
+    print(machine_summary(getattr(args, "device", "cpu")), flush=True)  # where the figures come from
     torch.set_num_threads(args.threads)
 
     utts = sorted(read_datadir(args.data), key=lambda u: u.utt_id)[: args.num]

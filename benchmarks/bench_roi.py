@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 from avsr.data import roi  # noqa: E402
 from avsr.data.face_video import astronaut_video, head_motion  # noqa: E402
 from avsr.data.media import write_av_video  # noqa: E402
+from avsr.nn.precision import machine_summary  # noqa: E402
 
 
 def _timed(fn):
@@ -50,6 +51,7 @@ def main() -> None:
     p.add_argument("--size", type=int, default=224, help="frame height and width in pixels")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     args = p.parse_args()
+    print(machine_summary(getattr(args, "device", "cpu")), flush=True)  # where the figures come from
     torch.set_num_threads(args.threads)
     video = astronaut_video(args.frames, size=args.size, **head_motion(args.frames, seed=0)).frames
     frames = np.asarray(video)

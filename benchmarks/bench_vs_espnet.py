@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from avsr.decode import DecodeConfig, batch_beam_search  # noqa: E402
 from avsr.espnet.scorers import espnet_beam_search, peaky_utterances  # noqa: E402
 from avsr.nn.decoder import TransformerDecoder  # noqa: E402
+from avsr.nn.precision import machine_summary  # noqa: E402
 
 
 def espnet_tokens(search: Any, mem: torch.Tensor, lens: torch.Tensor, eos: int) -> list[list[int]]:
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--frames", type=int, default=75, help="longest utterance, 25 Hz encoder frames")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    print(machine_summary(getattr(args, "device", "cpu")), flush=True)  # where the figures come from
     v, d, eos = args.vocab, args.dim, args.vocab - 1
     torch.manual_seed(args.seed)
     dec = TransformerDecoder(

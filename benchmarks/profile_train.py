@@ -39,7 +39,7 @@ from avsr.data.datadir import read_datadir  # noqa: E402
 from avsr.data.dataset import AVDataset  # noqa: E402
 from avsr.data.tokenizer import Tokenizer  # noqa: E402
 from avsr.models.asr import AVSRModel  # noqa: E402
-from avsr.nn.precision import flush_denormal  # noqa: E402
+from avsr.nn.precision import flush_denormal, machine_summary  # noqa: E402
 from avsr.train.trainer import Trainer, build_audio_augment, build_noise, load_train_config  # noqa: E402
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ops", type=int, default=0, help="print the N operators with most CPU time")
     p.add_argument("--json", default=None, help="write the figures to this file")
     args = p.parse_args(argv)
+    print(machine_summary(getattr(args, "device", "cpu")), flush=True)  # where the figures come from
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg, model_part = load_train_config(args.config)

@@ -5,9 +5,13 @@ through the front-ends, a transformer layer and a decoder layer the errors add u
 norm (the BASE encoder: output 1.1%, gradients of the transformer and audio parameters 1%; measured by
 ``benchmarks/bench_encoder.py``). The tests allow 3% for outputs and the loss, and 10% for gradients. The
 gradients of the video ResNet are the exception: on random video they are ill-conditioned (rounding only the
-input video to bfloat16 in an otherwise float32 run moves them by ~10% in the BASE model), so they are
-compared with that yardstick rather than a fixed bound. Compiled float32 code changes only the order of
-float operations: 1e-4 relative.
+input video to bfloat16 in an otherwise float32 run moves them by ~10% in the BASE model, and by 20-30% in
+the tiny model here), so they are compared with a yardstick rather than a fixed bound: a float32 run in which
+every convolution's input, weight and output and every gradient flowing through them is rounded to bfloat16
+(:func:`bf16_rounding_model`), which is what any bfloat16 kernel must at least do. Native kernels (AVX-512
+BF16 / AMX) come within 1.33x of it; emulated ones (AVX2, where oneDNN converts blocks to float32 and back,
+and accumulates in another order) within 1.75x, both measured over 3 seeds with the machine's 2 threads.
+Compiled float32 code changes only the order of float operations: 1e-4 relative.
 """
 
 import copy
@@ -18,7 +22,14 @@ import torch
 from avsr.config import ConfigError
 from avsr.encoder import AVHubertEncoder
 from avsr.models.asr import AVSRModel
-from avsr.nn.precision import PRECISIONS, autocast_context, check_precision, fp32_context
+from avsr.nn.precision import (
+    PRECISIONS,
+    autocast_context,
+    check_precision,
+    fp32_context,
+    native_bf16,
+    resolve_precision,
+)
 from avsr.nn.resnet import PReLU, batch_norm_act
 from avsr.train.trainer import TrainConfig, compile_model, keep_freed_memory, load_train_config
 
@@ -62,8 +73,8 @@ def grad_rel(grads: dict, ref: dict, video: bool) -> float:
 
 
 def test_precision_names_and_contexts():
-    assert PRECISIONS == ("fp32", "bf16") and check_precision("bf16") == "bf16"
-    with pytest.raises(ValueError, match=r"precision must be one of \['fp32', 'bf16'\], got 'fp16'"):
+    assert PRECISIONS == ("auto", "fp32", "bf16") and check_precision("bf16") == "bf16"
+    with pytest.raises(ValueError, match=r"precision must be one of \['auto', 'fp32', 'bf16'\], got 'fp16'"):
         check_precision("fp16")
     with pytest.raises(ValueError, match="fp16"):
         autocast_context("cpu", "fp16")
@@ -211,6 +222,34 @@ def test_keep_freed_memory_sets_glibc_malloc_options():
     assert keep_freed_memory() is expected  # idempotent
 
 
+class _RoundBF16(torch.autograd.Function):
+    """Identity that rounds its input to bfloat16 values (kept float32), and so its gradient."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        return x.bfloat16().float()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad.bfloat16().float()
+
+
+def bf16_rounding_model(model: AVSRModel) -> AVSRModel:
+    """A copy of ``model`` whose video ResNet computes in float32 but rounds, as any bfloat16 kernel must, the
+    weights, each convolution's and linear layer's input and output, and the gradients through them."""
+    model = copy.deepcopy(model)
+    resnet = model.encoder.feature_extractor_video.resnet
+    resnet.channels_last = False
+    with torch.no_grad():
+        for p in resnet.parameters():
+            p.copy_(p.bfloat16().float())
+    for mod in resnet.modules():
+        if isinstance(mod, (torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.Linear)):
+            mod.register_forward_pre_hook(lambda m, args: tuple(_RoundBF16.apply(a) for a in args))
+            mod.register_forward_hook(lambda m, args, out: _RoundBF16.apply(out))
+    return model
+
+
 def test_bf16_training_step_is_close_to_fp32():
     torch.manual_seed(0)
     model = AVSRModel(10, ENC, DEC)
@@ -221,10 +260,70 @@ def test_bf16_training_step_is_close_to_fp32():
     assert all(v.dtype == torch.float32 for v in stats.values())  # CTC and the losses in float32
     assert abs(float(loss) - float(ref_loss)) < 3e-2 * abs(float(ref_loss))
     assert grad_rel(grads, ref, video=False) < 0.1
-    # the video ResNet's gradients: within 4x of what rounding only the input video to bf16 does in fp32
+    # the video ResNet's gradients: near what bfloat16 rounding at every layer does to them in float32 (the
+    # module docstring); emulated bfloat16 kernels differ more from float32 than native ones
+    _, _, rounded = loss_and_grads(bf16_rounding_model(model), inputs)
+    yardstick = grad_rel(rounded, ref, video=True)
     audio, video, *rest = inputs
-    _, _, rounded = loss_and_grads(model, (audio, video.bfloat16().float(), *rest))
-    assert grad_rel(grads, ref, video=True) < 4 * max(grad_rel(rounded, ref, video=True), 1e-2)
+    _, _, input_only = loss_and_grads(model, (audio, video.bfloat16().float(), *rest))
+    assert yardstick > grad_rel(input_only, ref, video=True)  # it rounds more than the input alone
+    factor = 1.6 if native_bf16("cpu")[0] else 2.0
+    assert grad_rel(grads, ref, video=True) < factor * max(yardstick, 1e-2)
+
+
+def test_auto_precision_follows_the_cpu(monkeypatch, caplog):
+    """auto: bf16 only where native_bf16 says so, logged once with the reason; explicit bf16 without native
+    support is kept, with one warning; fp32 is fp32 everywhere."""
+    import avsr.nn.precision as prec
+
+    for native, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(prec, "native_bf16", lambda device, n=native: (n, f"test CPU native={n}"))
+        monkeypatch.setattr(prec, "_logged", set())
+        caplog.clear()
+        with caplog.at_level("INFO", logger="avsr.nn.precision"):
+            assert resolve_precision("auto", "cpu", "video_precision") == expected
+            assert resolve_precision("auto", "cpu", "video_precision") == expected
+            assert resolve_precision("fp32", "cpu") == "fp32"
+            assert resolve_precision("bf16", "cpu") == "bf16"
+            assert resolve_precision("bf16", "cpu") == "bf16"
+        lines = [r.getMessage() for r in caplog.records]
+        assert lines[0] == f"video_precision auto -> {expected} on cpu: test CPU native={native}"
+        warnings = [r for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == (0 if native else 1) and len(lines) == 1 + len(warnings)
+        if not native:
+            assert "without native bfloat16" in warnings[0].getMessage()
+        config = TrainConfig()  # both default to auto
+        assert config.precision == config.video_precision == "auto"
+        assert config.resolved_precision(torch.device("cpu")) == expected
+        assert config.resolved_video_precision(torch.device("cpu")) == expected
+        assert TrainConfig(video_precision=None).resolved_video_precision(torch.device("cpu")) is None
+        with autocast_context("cpu", "auto"):
+            dtype = torch.nn.functional.linear(torch.randn(2, 4), torch.randn(3, 4)).dtype
+        assert dtype == (torch.bfloat16 if native else torch.float32)
+    with pytest.raises(ValueError, match="before it is resolved"):
+        prec.autocast_dtype("auto")
+
+
+_NATIVE = "from avsr.nn.precision import native_bf16, resolve_precision; print(*native_bf16('cpu'), sep='|')"
+
+
+def test_native_bf16_reads_the_cpu_and_torchs_kernel_capability():
+    """The CPU's flags decide, unless torch runs kernels below AVX-512 (ATEN_CPU_CAPABILITY=avx2, as an
+    AVX2-only CPU does): then bf16 is emulated and not native. No CUDA device here: not native."""
+    import os
+    import subprocess
+    import sys
+
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    has_bf16 = any(f in flags.split() for f in ("avx512_bf16", "amx_bf16"))
+    native, reason = native_bf16("cpu")
+    assert native == (has_bf16 and torch.backends.cpu.get_cpu_capability() == "AVX512"), reason
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2")
+    out = subprocess.run([sys.executable, "-c", _NATIVE], env=env, capture_output=True, text=True, check=True)
+    native2, reason2 = out.stdout.strip().split("|")
+    assert native2 == "False" and "AVX2" in reason2
+    if not torch.cuda.is_available():
+        assert native_bf16("cuda") == (False, "CUDA is not available")
 
 
 def test_compiled_training_step_matches_eager_and_reuses_code_for_other_lengths():
@@ -291,7 +390,7 @@ def test_video_precision_runs_the_resnet_alone_in_bf16():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         enc(xs, lengths)
     assert seen == [("ResNetTrunk", torch.float32), ("Linear", torch.bfloat16)]
-    with pytest.raises(ValueError, match=r"video_precision must be one of \['fp32', 'bf16'\], got 'fp16'"):
+    with pytest.raises(ValueError, match=r"precision must be one of \['auto', 'fp32', 'bf16'\], got 'fp16'"):
         enc.video_precision = "fp16"
     for h in hooks:
         h.remove()
@@ -312,10 +411,10 @@ def test_decoding_under_bf16_autocast_keeps_scores_float32():
 
 
 @pytest.mark.parametrize("key,value,match", [
-    ("precision", "fp16", r"precision must be one of \['fp32', 'bf16'\]"),
+    ("precision", "fp16", r"precision must be one of \['auto', 'fp32', 'bf16'\]"),
     ("compile", "sometimes", "compile: expected true or false"),
     ("checkpoint_activations", 1, "checkpoint_activations: expected true or false"),
-    ("video_precision", "fp16", r"video_precision must be one of \['fp32', 'bf16'\]"),
+    ("video_precision", "fp16", r"video_precision must be one of \['auto', 'fp32', 'bf16'\]"),
     ("flush_denormal", "yes please", "flush_denormal: expected true or false"),
 ])
 def test_train_config_speed_options_are_checked(tmp_path, key, value, match):
@@ -325,8 +424,9 @@ def test_train_config_speed_options_are_checked(tmp_path, key, value, match):
         load_train_config(path)
     assert str(path) in str(err.value)
     assert TrainConfig(precision="bf16").resolved_precision(torch.device("cpu")) == "bf16"
-    assert TrainConfig().resolved_precision(torch.device("cpu")) == "fp32"  # use_amp: bf16 on CUDA only
-    assert TrainConfig(use_amp=True).resolved_precision(torch.device("cuda")) == "bf16"
+    # null: the use_amp rule, bf16 on CUDA only
+    assert TrainConfig(precision=None).resolved_precision(torch.device("cpu")) == "fp32"
+    assert TrainConfig(precision=None, use_amp=True).resolved_precision(torch.device("cuda")) == "bf16"
 
 
 _SUBNORMALS_IN_EVERY_THREAD = """

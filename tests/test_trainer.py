@@ -14,6 +14,7 @@ from avsr.data.media import read_wav, write_wav
 from avsr.data.noise import NoiseSource
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.models.asr import AVSRModel
+from avsr.nn.precision import native_bf16
 from avsr.train.checkpoint import average_state_dicts, epoch_checkpoints, load_checkpoint, save_atomic
 from avsr.train.trainer import (
     TrainConfig,
@@ -95,6 +96,13 @@ def test_resume_takes_the_learning_rate_of_the_config_and_checkpoints_record_the
     ckpt = load_checkpoint(tmp_path / "checkpoint.pt")
     assert ckpt["data_stats"] == {"max_frames": max(u.num_frames for u in utts), "num_utts": len(utts),
                                   "narrowband_prob": 0.0}
+    # the precision as set and as resolved on this machine, with the reason
+    native, reason = native_bf16("cpu")
+    resolved = "bf16" if native and first.cfg.precision == "auto" else "fp32"
+    cfg = first.cfg
+    assert ckpt["precision"] == {"precision": cfg.precision, "video_precision": cfg.video_precision,
+                                 "resolved": resolved, "resolved_video": first.video_precision or resolved,
+                                 "device": "cpu", "native_bf16": reason}
     resumed = make_trainer(tok, utts, tmp_path, max_epoch=2)
     resumed.cfg.lr, resumed.cfg.weight_decay = 4e-3, 0.05  # resumed with --allow-config-change
     assert resumed.resume()
@@ -314,7 +322,11 @@ def test_trainer_flushes_subnormals_only_when_configured(setup, tmp_path):
 
 def test_trainer_sets_the_video_precision_of_the_encoder(setup, tmp_path):
     tok, utts = setup
-    assert make_trainer(tok, utts, tmp_path / "a", 1).model.encoder.video_precision is None
+    # default auto: resolved for this CPU; null: as the rest of the model (None on the encoder)
+    auto = "bf16" if native_bf16("cpu")[0] else "fp32"
+    assert make_trainer(tok, utts, tmp_path / "a", 1).model.encoder.video_precision == auto
+    as_rest = make_trainer(tok, utts, tmp_path / "n", 1, video_precision=None)
+    assert as_rest.model.encoder.video_precision is None
     trainer = make_trainer(tok, utts, tmp_path / "b", 1, video_precision="bf16")
     assert trainer.model.encoder.video_precision == "bf16"
     assert trainer.model.encoder.feature_extractor_video.resnet.precision == "bf16"

@@ -54,11 +54,11 @@ from avsr.decode.beam_search import DecodeConfig
 from avsr.fileio import remove_stale_tmp, write_text_atomic
 from avsr.inference import (
     MODALITY_INPUTS,
-    PRECISIONS,
     Transcriber,
     model_defaults,
     parse_edge_frames,
 )
+from avsr.nn.precision import PRECISIONS
 from avsr.train.checkpoint import best_checkpoints
 
 logger = logging.getLogger("avsr.decode")
@@ -152,7 +152,9 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--batch-frames", type=int, default=3000)
     p.add_argument("--overwrite", action="store_true",
                    help="decode anew into a directory holding results made with other settings")
-    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="encoder precision")
+    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
+                   help="encoder precision (default fp32: the same WER on every machine; auto: bf16 "
+                        "where the device computes it natively)")
     p.add_argument("--edge-frames", default="model",
                    help="silent 40 ms frames before and after each utterance's speech (the Transcriber's "
                    "edge_frames): 'model' (the middle half of the training audio's, when the checkpoint "

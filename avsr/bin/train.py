@@ -22,7 +22,7 @@ label set, ``<name>.km`` with its ``.km.json``) found in both data dirs, and no 
 
 Usage: ``python -m avsr.bin.train --config conf/train/x.yaml --train-data data/train --valid-data data/valid
 --bpemodel data/token_list/bpe.model --exp-dir exp/x [--train-noise noise.wav] [--ngpu 1]
-[--init-encoder exp/pretrain/epoch10.pt] [--precision fp32|bf16] [--video-precision fp32|bf16]
+[--init-encoder exp/pretrain/epoch10.pt] [--precision auto|fp32|bf16] [--video-precision auto|fp32|bf16]
 [--compile true|false] [--checkpoint-activations true|false]`` (the last four override the YAML's speed
 settings);
 ``python -m avsr.bin.train --config conf/pretrain/x.yaml --train-data data/train --valid-data data/valid
@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--allow-config-change", action="store_true",
                    help="resume an experiment with settings other than its config.yaml (logged, old kept)")
     p.add_argument("--precision", choices=PRECISIONS, default=None,
-                   help="override precision of the config (bf16: bfloat16 autocast, see avsr.nn.precision)")
+                   help="override precision of the config (auto: bf16 where the device computes it "
+                        "natively, else fp32; bf16: bfloat16 autocast, see avsr.nn.precision)")
     p.add_argument("--video-precision", choices=PRECISIONS, default=None,
                    help="override video_precision of the config (the video front-end's ResNet alone)")
     p.add_argument("--compile", choices=("true", "false"), default=None,

@@ -37,12 +37,12 @@ from avsr.bin.runner import tool
 from avsr.fileio import write_text_atomic
 from avsr.inference import (
     MODALITY_INPUTS,
-    PRECISIONS,
     InferenceError,
     TranscribeItem,
     Transcriber,
     parse_edge_frames,
 )
+from avsr.nn.precision import PRECISIONS
 
 logger = logging.getLogger("avsr.transcribe")
 
@@ -110,7 +110,9 @@ def main(argv: list[str] | None = None) -> int | None:
                    "of the model's training audio's, when its checkpoint records them), 'off', or START,END, "
                    "each a count or a range LO-HI")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS), help="encoder precision")
+    p.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
+                   help="encoder precision (default fp32: the same WER on every machine; auto: bf16 "
+                        "where the device computes it natively)")
     p.add_argument("--num-threads", type=int, default=1, help="CPU threads")
     args = p.parse_args(argv)
     try:

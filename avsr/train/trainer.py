@@ -35,7 +35,13 @@ from avsr.data.dataset import (
 from avsr.data.media import MediaError, read_wav
 from avsr.encoder import AVHubertEncoder
 from avsr.features import silent_edge_quartiles
-from avsr.nn.precision import autocast_context, check_precision, flush_denormal
+from avsr.nn.precision import (
+    autocast_context,
+    check_precision,
+    flush_denormal,
+    native_bf16,
+    resolve_precision,
+)
 from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
 from avsr.train.curves import TrainingCurves
 
@@ -104,15 +110,20 @@ class TrainConfig:
             dataset (training, validation) and per loader process; null: no limit. What does not fit is
             decoded again every epoch (logged once). The SynthGRID default corpus needs ~2,700 MiB.
         use_amp: bfloat16 autocast on CUDA (only when ``precision`` is null).
-        precision: ``fp32`` or ``bf16`` (bfloat16 autocast of the forward pass on any device, see
-            :mod:`avsr.nn.precision`; CTC, log-softmax statistics, pretraining logits and the momentum
-            label memory stay float32, as do parameters, gradients and optimizer state); null: ``bf16`` on
-            CUDA when ``use_amp``, else ``fp32``.
-        video_precision: ``fp32`` or ``bf16``: the precision of the video front-end's ResNet alone
-            (:attr:`avsr.encoder.AVHubertEncoder.video_precision`), whatever ``precision`` says for the rest;
-            null: as the rest. ``bf16`` with ``precision: fp32`` on CPU: the memory-bound ResNet runs in
-            bfloat16 (its parameters, gradients and optimizer state stay float32) while the transformer,
-            decoder and losses stay float32 (README, "Performance").
+        precision: ``auto`` (default), ``fp32`` or ``bf16``: bfloat16 autocast of the forward pass on any
+            device (see :mod:`avsr.nn.precision`; CTC, log-softmax statistics, pretraining logits and the
+            momentum label memory stay float32, as do parameters, gradients and optimizer state). ``auto``:
+            ``bf16`` where the device computes bfloat16 natively (CPUs with AVX-512 BF16 or AMX, CUDA GPUs
+            from Ampere on), ``fp32`` elsewhere (:func:`avsr.nn.precision.resolve_precision`; logged once
+            with the reason, and the choice is recorded in every checkpoint under ``"precision"``). An
+            explicit ``bf16`` without native support runs emulated, with a warning. null: the older
+            ``use_amp`` rule (``bf16`` on CUDA when ``use_amp``, else ``fp32``).
+        video_precision: ``auto`` (default), ``fp32`` or ``bf16``: the precision of the video front-end's
+            ResNet alone (:attr:`avsr.encoder.AVHubertEncoder.video_precision`), whatever ``precision`` says
+            for the rest; ``auto`` as for ``precision``; null: as the rest. ``bf16`` with ``precision: fp32``
+            on a CPU with native bfloat16: the memory-bound ResNet runs in bfloat16 (its parameters,
+            gradients and optimizer state stay float32) while the transformer, decoder and losses stay
+            float32 (docs, "Performance").
         compile: ``torch.compile`` the model's heavy parts (:func:`compile_model`) with dynamic shapes, so
             that batches of other sizes reuse the compiled code; the first batches (training, validation)
             pay the compilation (see the README's "Performance" section for what it costs and gains).
@@ -160,8 +171,8 @@ class TrainConfig:
     num_workers: int = 0
     cache_limit_mb: float | None = 8192.0
     use_amp: bool = True
-    precision: str | None = None
-    video_precision: str | None = None
+    precision: str | None = "auto"
+    video_precision: str | None = "auto"
     compile: bool = False
     checkpoint_activations: bool = False
     flush_denormal: bool = True
@@ -180,10 +191,17 @@ class TrainConfig:
                 raise ValueError(f"{key} must be true or false, got {getattr(self, key)!r}")
 
     def resolved_precision(self, device: torch.device) -> str:
-        """``precision``, or when null the ``use_amp`` rule: ``bf16`` on CUDA if ``use_amp``, else fp32."""
+        """``precision`` for ``device`` (``auto`` resolved, see :func:`avsr.nn.precision.resolve_precision`),
+        or when null the ``use_amp`` rule: ``bf16`` on CUDA if ``use_amp``, else fp32."""
         if self.precision is not None:
-            return self.precision
+            return resolve_precision(self.precision, device, "precision")
         return "bf16" if self.use_amp and device.type == "cuda" else "fp32"
+
+    def resolved_video_precision(self, device: torch.device) -> str | None:
+        """``video_precision`` for ``device`` (``auto`` resolved); None: as the rest of the model."""
+        if self.video_precision is None:
+            return None
+        return resolve_precision(self.video_precision, device, "video_precision")
 
 
 def compile_model(model: torch.nn.Module, backend: str = "inductor") -> torch.nn.Module:
@@ -494,9 +512,10 @@ class Trainer:
         self.epoch = 0
         self.step = 0
         self.precision = cfg.resolved_precision(self.device)
+        self.video_precision = cfg.resolved_video_precision(self.device)
         if isinstance(encoder, AVHubertEncoder):
             encoder.checkpoint_activations = cfg.checkpoint_activations
-            encoder.video_precision = cfg.video_precision
+            encoder.video_precision = self.video_precision
         if cfg.compile:
             compile_model(self.model)
 
@@ -628,13 +647,20 @@ class Trainer:
         n = self.cfg.valid_interval
         return epoch > self.cfg.max_epoch - self.cfg.keep_nbest or (n > 0 and epoch % n == 0)
 
+    def precision_record(self) -> dict:
+        """What the checkpoint records of the numeric precision: the settings as given, what they became on
+        this device, and why (:func:`avsr.nn.precision.native_bf16`)."""
+        return {"precision": self.cfg.precision, "video_precision": self.cfg.video_precision,
+                "resolved": self.precision, "resolved_video": self.video_precision or self.precision,
+                "device": str(self.device), "native_bf16": native_bf16(self.device)[1]}
+
     def save(self, valid: dict) -> None:
         """Write ``epoch<N>.pt`` and ``checkpoint.pt`` atomically and prune old epoch checkpoints."""
         if not self.is_main:
             return
         model_state = self.model.state_dict()
         meta = {"model_config": self.model_config, "epoch": self.epoch, "step": self.step, "valid": valid,
-                "data_stats": self.data_stats}
+                "data_stats": self.data_stats, "precision": self.precision_record()}
         save_atomic({"model": model_state, **meta}, self.exp_dir / f"epoch{self.epoch}.pt")
         save_atomic(
             {
