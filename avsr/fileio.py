@@ -1,18 +1,20 @@
 """Atomic file writing: a temporary file beside the target, then ``os.replace``.
 
 An interrupted run never leaves a truncated output behind, so a stage that finds a file can trust it (the
-recipes' resumption relies on this). Binary outputs with their own writers (checkpoints, wav, mp4, k-means
-models) follow the same pattern in :mod:`avsr.train.checkpoint`, :mod:`avsr.data.media` and
-:mod:`avsr.clustering.kmeans`.
+recipes' resumption relies on this). Every writer of the package goes through :func:`atomic_path`: text
+(:func:`write_text_atomic`), checkpoints (:mod:`avsr.train.checkpoint`), wav and mp4 (:mod:`avsr.data.media`),
+k-means models and feature shards (:mod:`avsr.clustering`), plots and ESPnet dumps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["tmp_path_for", "write_text_atomic", "remove_stale_tmp"]
+__all__ = ["tmp_path_for", "atomic_path", "write_text_atomic", "remove_stale_tmp"]
 
 _TMP = re.compile(r"^\..+\.(\d+)\.tmp$")
 
@@ -24,18 +26,35 @@ def tmp_path_for(path: str | os.PathLike) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Write ``path`` atomically: yields a temporary path beside it (:func:`tmp_path_for`, suffix ``.tmp``,
+    so writers that infer a format from the name must be told it) to write to, which replaces ``path`` when
+    the block ends normally and is removed when it raises (the exception propagates)::
+
+        with atomic_path(out) as tmp:
+            torch.save(state, tmp)
+
+    Raises:
+        OSError: the rename fails (e.g. ``path``'s directory does not exist).
+    """
+    path = Path(path)
+    tmp = tmp_path_for(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically; the temporary file is removed if writing fails.
 
     Raises:
         OSError: the directory does not exist or is not writable (as :meth:`pathlib.Path.write_text`).
     """
-    tmp = tmp_path_for(path)
-    try:
+    with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:

@@ -73,24 +73,19 @@ from avsr.features import (
     own_silence,
     shift_edges,
 )
+from avsr.modalities import MODALITY_INPUTS
 from avsr.models.asr import AVSRModel
 from avsr.nn.precision import autocast_context, check_precision, resolve_precision
 from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 
 __all__ = [
-    "MODALITY_INPUTS", "InferenceError", "Transcript", "TranscribeItem", "Transcriber", "frame_energy_db",
+    "InferenceError", "Transcript", "TranscribeItem", "Transcriber", "frame_energy_db",
     "frame_motion", "model_defaults", "model_edge_frames", "model_view_weights", "parse_edge_frames",
     "pause_cuts",
 ]
 
 logger = logging.getLogger("avsr.inference")
 
-#: model inputs of each decoding modality.
-MODALITY_INPUTS: dict[str, tuple[str, ...]] = {
-    "audio": ("audio",),
-    "video": ("video",),
-    "audiovisual": ("audio", "video"),
-}
 #: video frame rate of every model input (frames per second).
 FPS = 25.0
 #: input sample rate of every model (Hz).

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from avsr.data.datadir import read_datadir  # noqa: E402
 from avsr.data.media import read_video, read_wav  # noqa: E402
-from avsr.decode.scoring import word_errors  # noqa: E402
+from avsr.eval.scoring import word_errors  # noqa: E402
 from avsr.inference import TranscribeItem, Transcriber, model_edge_frames, parse_edge_frames  # noqa: E402
 from avsr.nn.precision import machine_summary  # noqa: E402
 

@@ -288,7 +288,7 @@ def test_bare_paths_take_the_streams_the_file_has(env, tmp_path):
 def test_the_decoding_stage_reports_bad_utterances_and_guards_its_results(env, tmp_path, capsys):
     from avsr.bin.decode import main as decode
     from avsr.data.datadir import Utterance, write_datadir
-    from avsr.decode.scoring import collect_decode_dir
+    from avsr.eval.scoring import collect_decode_dir
 
     utts = [Utterance(f"spk-u{i}", "spk", wav=str(w), video=str(v), text="BIN BLUE AT F TWO NOW")
             for i, (v, w) in enumerate(env["utts"])]

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from avsr.bin import score as score_cli
-from avsr.decode.scoring import (
+from avsr.eval.scoring import (
     ScoringError,
     collect_decode_dir,
     parse_condition,

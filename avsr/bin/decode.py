@@ -53,11 +53,11 @@ from avsr.data.datadir import read_datadir, write_kaldi_map
 from avsr.decode.beam_search import DecodeConfig
 from avsr.fileio import remove_stale_tmp, write_text_atomic
 from avsr.inference import (
-    MODALITY_INPUTS,
     Transcriber,
     model_defaults,
     parse_edge_frames,
 )
+from avsr.modalities import MODALITY_INPUTS
 from avsr.nn.precision import PRECISIONS
 from avsr.train.checkpoint import best_checkpoints
 

@@ -26,9 +26,10 @@ from pathlib import Path
 import torch
 
 from avsr.bin.runner import tool
-from avsr.clustering.extract import MODALITIES, LayerExtractor, MfccExtractor, load_encoder
+from avsr.clustering.extract import LayerExtractor, MfccExtractor, load_encoder
 from avsr.clustering.shards import dump_shard
 from avsr.data.datadir import read_datadir
+from avsr.modalities import MODALITIES
 
 logger = logging.getLogger("avsr.dump_features")
 

@@ -38,7 +38,7 @@ DATA_ERRORS = (
     ("avsr.data.synthgrid.festival", "FestivalError"),
     ("avsr.compat.safe_load", "CheckpointError"),
     ("avsr.inference", "InferenceError"),
-    ("avsr.decode.scoring", "ScoringError"),
+    ("avsr.eval.scoring", "ScoringError"),
     ("avsr.decode.align", "AlignmentError"),
     ("avsr.clustering.shards", "FeatureDumpError"),
     ("avsr.clustering.labels", "LabelError"),

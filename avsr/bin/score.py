@@ -6,7 +6,7 @@ Layout read (written by ``python -m avsr.bin.decode``)::
 
 with ``<modality>`` in audio, video, audiovisual and ``<condition>`` ``clean`` or ``<noise>_<snr_db>``
 (``babble_-5``); ``hyp``/``text``/``ref`` are Kaldi text files (``<utt-id> WORDS``), ``*.trn`` sclite trn
-files (``WORDS (<utt-id>)``). See :mod:`avsr.decode.scoring`.
+files (``WORDS (<utt-id>)``). See :mod:`avsr.eval.scoring`.
 
 Writes ``OUT/results.json``, ``OUT/RESULTS.md`` and ``OUT/wer_vs_snr.png`` (atomically), prints the WER table,
 and prints the path of ``results.json`` as its last line. Exit status 1 with a message naming the file,
@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from avsr.bin.runner import tool
-from avsr.decode.scoring import ScoringError, collect_decode_dir, write_results
+from avsr.eval.scoring import ScoringError, collect_decode_dir, write_results
 
 
 @tool("avsr-score")

@@ -36,12 +36,12 @@ import torch
 from avsr.bin.runner import tool
 from avsr.fileio import write_text_atomic
 from avsr.inference import (
-    MODALITY_INPUTS,
     InferenceError,
     TranscribeItem,
     Transcriber,
     parse_edge_frames,
 )
+from avsr.modalities import MODALITY_INPUTS
 from avsr.nn.precision import PRECISIONS
 
 logger = logging.getLogger("avsr.transcribe")

@@ -32,13 +32,13 @@ from avsr.features import (
     mfcc_features,
     normalize_video,
 )
+from avsr.modalities import check_modality
 
-__all__ = ["MODALITIES", "MfccExtractor", "LayerExtractor", "load_encoder"]
+__all__ = ["MfccExtractor", "LayerExtractor", "load_encoder"]
 
 logger = logging.getLogger("avsr.clustering.extract")
 
 #: which streams the encoder sees when dumping layer features.
-MODALITIES = ("audiovisual", "audio", "video")
 
 
 class MfccExtractor:
@@ -119,8 +119,7 @@ class LayerExtractor:
     def __init__(self, encoder: AVHubertEncoder, layer: int, modality: str = "audiovisual",
                  device: str | torch.device = "cpu", batch_frames: int = 1000, description: str | None = None
                  ) -> None:
-        if modality not in MODALITIES:
-            raise ValueError(f"modality must be one of {MODALITIES}, got '{modality}'")
+        check_modality(modality)
         if not 1 <= layer <= encoder.config.encoder_layers:
             raise ValueError(
                 f"layer must be in 1..{encoder.config.encoder_layers} (encoder_layers), got {layer}"

@@ -27,7 +27,7 @@ import torch
 from avsr.clustering.labels import write_label_meta, write_labels
 from avsr.clustering.shards import FeatureDumpError, FeatureShard, read_shard
 from avsr.data.datadir import read_datadir
-from avsr.fileio import tmp_path_for, write_text_atomic
+from avsr.fileio import atomic_path, write_text_atomic
 
 __all__ = [
     "KMeansConfig", "sample_features", "fit_kmeans", "load_kmeans", "apply_kmeans", "write_kmeans_labels",
@@ -140,12 +140,8 @@ def fit_kmeans(feats: np.ndarray, km_path: str | os.PathLike, config: KMeansConf
     inertia = -km.score(feats) / len(feats)
     km_path = Path(km_path)
     km_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_path_for(km_path)
-    try:
+    with atomic_path(km_path) as tmp:
         joblib.dump(km, tmp)
-        os.replace(tmp, km_path)
-    finally:
-        tmp.unlink(missing_ok=True)
     summary = {**asdict(config), "dim": int(feats.shape[1]), "num_fit_frames": int(len(feats)),
                "inertia_per_frame": float(inertia), **(info or {})}
     write_text_atomic(km_path.with_name(km_path.name + ".json"), json.dumps(summary, indent=1) + "\n")

@@ -29,7 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from avsr.data.datadir import Utterance
-from avsr.fileio import tmp_path_for, write_text_atomic
+from avsr.fileio import atomic_path, tmp_path_for, write_text_atomic
 
 __all__ = ["FeatureDumpError", "FeatureExtractor", "FeatureShard", "shard_prefix", "shard_range",
            "dump_shard", "read_shard", "find_shards"]
@@ -183,16 +183,11 @@ def dump_shard(
                 f"{prefix}: no features for utterance '{missing[0]}' ({len(missing)} in all)"
             )
         total = sum(lengths.values())
-        tmp = tmp_path_for(npy)
-        try:
-            with open(tmp, "wb") as out, open(raw, "rb") as src:
-                np.lib.format.write_array_header_1_0(
-                    out, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
-                          "shape": (total, dim)})
-                shutil.copyfileobj(src, out, 1 << 24)
-            os.replace(tmp, npy)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_path(npy) as tmp, open(tmp, "wb") as out, open(raw, "rb") as src:
+            np.lib.format.write_array_header_1_0(
+                out, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False,
+                      "shape": (total, dim)})
+            shutil.copyfileobj(src, out, 1 << 24)
     finally:
         raw.unlink(missing_ok=True)
     write_text_atomic(_file(prefix, ".len"), "".join(f"{u} {lengths[u]}\n" for u in order))

@@ -39,18 +39,11 @@ from avsr.features import (
     speed_perturb,
     time_mask,
 )
+from avsr.modalities import MODALITY_INPUTS, STREAMS
 from avsr.nn.modality import draw_modalities
 
 logger = logging.getLogger(__name__)
 
-MODALITIES = ("audio", "video")
-
-#: what a training batch keeps after modality dropout (:class:`ModalityBatchSampler`) -> the streams loaded
-BATCH_MODALITIES: dict[str, tuple[str, ...]] = {
-    "audiovisual": ("audio", "video"),
-    "audio": ("audio",),
-    "video": ("video",),
-}
 
 
 class DataError(ValueError):
@@ -260,7 +253,7 @@ class AVDataset(torch.utils.data.Dataset):
         self,
         utts: Sequence[Utterance],
         tokenizer: Tokenizer | None = None,
-        modalities: Sequence[str] = MODALITIES,
+        modalities: Sequence[str] = STREAMS,
         train: bool = False,
         noise: NoiseConfig | None = None,
         max_frame_diff: int = 2,
@@ -271,9 +264,9 @@ class AVDataset(torch.utils.data.Dataset):
         cache_limit_mb: float | None = None,
         keep_clean_audio: bool = False,
     ):
-        bad = [m for m in modalities if m not in MODALITIES]
+        bad = [m for m in modalities if m not in STREAMS]
         if bad or not modalities:
-            raise ValueError(f"modalities must be a non-empty subset of {MODALITIES}, got {list(modalities)}")
+            raise ValueError(f"modalities must be a non-empty subset of {STREAMS}, got {list(modalities)}")
         self.utts = list(utts)
         self.tokenizer = tokenizer
         self.modalities = tuple(modalities)
@@ -359,7 +352,7 @@ class AVDataset(torch.utils.data.Dataset):
         """Item ``key``: an index, ``(index, batch_modality)`` from :class:`ModalityBatchSampler`, or
         ``(index, batch_modality, epoch)`` from :class:`EpochKeyedBatches`.
 
-        With a batch modality (a key of :data:`BATCH_MODALITIES`; None: every loaded stream) only the streams
+        With a batch modality (a key of :data:`MODALITY_INPUTS`; None: every loaded stream) only the streams
         it keeps are returned (the other is None) and the noise probability is :meth:`NoiseConfig.prob_for`
         that modality; the frame count T is still that of the video, so the audio features are the same as
         in an audio-visual batch. An epoch in the key selects the augmentation draws of that epoch instead of
@@ -374,11 +367,11 @@ class AVDataset(torch.utils.data.Dataset):
             index, batch_modality, epoch = (*key, self.epoch)[:3]
         else:
             index, batch_modality, epoch = key, None, self.epoch
-        if batch_modality is not None and batch_modality not in BATCH_MODALITIES:
+        if batch_modality is not None and batch_modality not in MODALITY_INPUTS:
             raise ValueError(
-                f"batch modality must be one of {list(BATCH_MODALITIES)}, got {batch_modality!r}"
+                f"batch modality must be one of {list(MODALITY_INPUTS)}, got {batch_modality!r}"
             )
-        keep = BATCH_MODALITIES[batch_modality] if batch_modality is not None else self.modalities
+        keep = MODALITY_INPUTS[batch_modality] if batch_modality is not None else self.modalities
         if not set(keep) <= set(self.modalities):
             raise ValueError(f"a {batch_modality!r} batch needs {list(keep)}, but the dataset loads only "
                              f"{list(self.modalities)}")
@@ -758,7 +751,7 @@ class ModalityBatchSampler(torch.utils.data.Sampler):
             self.batch_sampler.set_epoch(epoch)
 
     def modalities(self, num_batches: int) -> list[str]:
-        """The modalities of this epoch's first ``num_batches`` batches (keys of :data:`BATCH_MODALITIES`)."""
+        """The modalities of this epoch's first ``num_batches`` batches (keys of :data:`MODALITY_INPUTS`)."""
         g = torch.Generator().manual_seed(stable_seed(self.seed, self.epoch, "modality_dropout"))
         u = torch.rand(num_batches, 2, generator=g, dtype=torch.float64)
         return draw_modalities(u, self.modality_dropout, self.audio_dropout)

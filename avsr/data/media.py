@@ -22,7 +22,7 @@ import numpy as np
 import soundfile
 import torch
 
-from avsr.fileio import tmp_path_for
+from avsr.fileio import atomic_path
 
 __all__ = [
     "MediaError",
@@ -97,12 +97,10 @@ def write_wav(path: str | os.PathLike, wav: torch.Tensor | np.ndarray, sample_ra
         if not np.all(np.isfinite(wav)):
             raise MediaError(f"cannot write wav file {path}: waveform has NaN or infinite values")
         wav = np.clip(wav, -1.0, 1.0).astype(np.float32)
-    tmp = tmp_path_for(path)
     try:
-        soundfile.write(str(tmp), wav, sample_rate, subtype="PCM_16", format="WAV")
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            soundfile.write(str(tmp), wav, sample_rate, subtype="PCM_16", format="WAV")
     except Exception as exc:
-        tmp.unlink(missing_ok=True)
         raise MediaError(f"cannot write wav file {path}: {exc}") from exc
 
 
@@ -271,9 +269,8 @@ def write_video(
         )
     if frames.shape[1] % 2 or frames.shape[2] % 2:
         raise MediaError(f"cannot write video file {path}: height and width must be even, got {frames.shape}")
-    tmp = tmp_path_for(path)
     try:
-        with av.open(str(tmp), mode="w", format="mp4") as container:
+        with atomic_path(path) as tmp, av.open(str(tmp), mode="w", format="mp4") as container:
             stream = container.add_stream("libx264", rate=fps)
             stream.width = frames.shape[2]
             stream.height = frames.shape[1]
@@ -292,9 +289,7 @@ def write_video(
                 frame.pts = index
                 container.mux(stream.encode(frame))
             container.mux(stream.encode(None))
-        os.replace(tmp, path)
     except Exception as exc:
-        tmp.unlink(missing_ok=True)
         raise MediaError(f"cannot write video file {path}: {exc}") from exc
 
 
@@ -453,9 +448,8 @@ def write_av_video(
         if wav.ndim != 1 or wav.size == 0 or not np.all(np.isfinite(wav)):
             raise MediaError(f"cannot write video file {path}: audio must be a finite non-empty 1-d waveform")
         wav = np.clip(wav, -1.0, 1.0)
-    tmp = tmp_path_for(path)
     try:
-        with av.open(str(tmp), mode="w", format="mp4") as container:
+        with atomic_path(path) as tmp, av.open(str(tmp), mode="w", format="mp4") as container:
             video = container.add_stream("libx264", rate=fps)
             video.width, video.height, video.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
             video.options = {"crf": str(crf), "preset": preset, "threads": "1", "x264-params": "mbtree=0"}
@@ -475,7 +469,5 @@ def write_av_video(
                     frame.sample_rate, frame.pts = sample_rate, start
                     container.mux(audio.encode(frame))
                 container.mux(audio.encode(None))
-        os.replace(tmp, path)
     except Exception as exc:
-        tmp.unlink(missing_ok=True)
         raise MediaError(f"cannot write video file {path}: {exc}") from exc

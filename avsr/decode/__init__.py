@@ -1,5 +1,5 @@
 """Decoding: batched joint CTC/attention beam search, CTC prefix scoring, greedy CTC; scoring (WER) lives in
-:mod:`avsr.decode.scoring` (imported on demand: it needs jiwer and matplotlib)."""
+:mod:`avsr.eval.scoring` (imported on demand: it needs jiwer and matplotlib)."""
 
 from avsr.decode.beam_search import (
     DecodeConfig,

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from avsr.espnet import register
-from avsr.espnet.encoder import MODALITIES
+from avsr.modalities import MODALITIES
 
 
 def with_modality(cmd: list[str]) -> list[str]:

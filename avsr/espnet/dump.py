@@ -41,6 +41,7 @@ from avsr.data.media import MediaError, read_video, read_wav
 from avsr.data.noise import NoiseSource, stable_seed
 from avsr.espnet.layout import pack_frames
 from avsr.features import SAMPLES_PER_FRAME, avhubert_audio_features
+from avsr.fileio import atomic_path
 
 __all__ = ["dump_utterance", "dump_datadir", "main"]
 
@@ -91,9 +92,8 @@ def dump_utterance(
     audio = avhubert_audio_features(wav, num_video_frames=t)
     packed = pack_frames(audio, video, np.dtype(dtype))
     out_path = Path(out_path)
-    tmp = out_path.with_name(out_path.stem + ".tmp.npy")
-    np.save(tmp, packed)
-    os.replace(tmp, out_path)
+    with atomic_path(out_path) as tmp, open(tmp, "wb") as f:
+        np.save(f, packed)
     return t
 
 

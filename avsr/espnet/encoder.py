@@ -26,18 +26,18 @@ from avsr.config import ConfigError, load_yaml
 from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
 from avsr.espnet.layout import crop_and_normalize, roi_side, unpack_frames
 from avsr.features import CROP_SIZE
+from avsr.modalities import check_modality
 
 try:  # ESPnet's interface when it is installed; the class works the same without it
     from espnet2.asr.encoder.abs_encoder import AbsEncoder as _EncoderBase
 except ImportError:  # pragma: no cover - depends on the environment
     _EncoderBase = torch.nn.Module
 
-__all__ = ["AVHubertESPnetEncoder", "MODALITIES", "shipped_model_config"]
+__all__ = ["AVHubertESPnetEncoder", "shipped_model_config"]
 
 logger = logging.getLogger(__name__)
 
 #: values of ``modality``: the input used outside training.
-MODALITIES = ("audiovisual", "audio", "video")
 
 
 def shipped_model_config(name: str | os.PathLike) -> Path:
@@ -140,8 +140,10 @@ class AVHubertESPnetEncoder(_EncoderBase):
 
     @modality.setter
     def modality(self, value: str) -> None:
-        if value not in MODALITIES:
-            raise ConfigError(f"modality must be one of {MODALITIES}, got {value!r}")
+        try:
+            check_modality(value)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         self._modality = value
 
     def output_size(self) -> int:

@@ -26,7 +26,7 @@ def draw_modalities(u: torch.Tensor, modality_dropout: float, audio_dropout: flo
         audio_dropout: probability in [0, 1] that the dropped modality is the audio.
 
     Returns:
-        ``N`` names (keys of :data:`avsr.data.dataset.BATCH_MODALITIES`): ``"audiovisual"``, ``"audio"``
+        ``N`` names (keys of :data:`avsr.modalities.MODALITY_INPUTS`): ``"audiovisual"``, ``"audio"``
         (video dropped) or ``"video"`` (audio dropped).
 
     Raises:

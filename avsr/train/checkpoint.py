@@ -13,20 +13,15 @@ from pathlib import Path
 import torch
 
 from avsr.compat.safe_load import load_error
-from avsr.fileio import tmp_path_for
+from avsr.fileio import atomic_path
 
 
 def save_atomic(obj: object, path: str | os.PathLike) -> None:
     """``torch.save(obj, path)`` through a temporary file and an atomic rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_path_for(path)
-    try:
+    with atomic_path(path) as tmp:
         torch.save(obj, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:

@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from avsr.fileio import atomic_path
+
 __all__ = ["TrainingCurves", "read_train_log", "plot_curves"]
 
 logger = logging.getLogger("avsr.train")
@@ -104,10 +106,9 @@ def plot_curves(records: list[Mapping[str, Any]], out_dir: str | os.PathLike) ->
         ax.legend()
         fig.tight_layout()
         path = out_dir / f"{name}.png"
-        tmp = out_dir / f".{name}.tmp.png"
-        fig.savefig(tmp, dpi=80)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=80)
         plt.close(fig)
-        os.replace(tmp, path)
         written.append(path)
     return written
 

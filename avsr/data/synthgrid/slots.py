@@ -7,7 +7,7 @@ the error rate of each slot; insertions belong to no slot and are counted apart.
 nearly all errors are, also gets its confusion pairs, and the voices (from the corpus' ``speakers.json``)
 their own WER.
 
-Reads the decode-dir layout of :mod:`avsr.decode.scoring` (``<test_set>/<modality>/<condition>/{hyp,ref}``).
+Reads the decode-dir layout of :mod:`avsr.eval.scoring` (``<test_set>/<modality>/<condition>/{hyp,ref}``).
 :func:`report_markdown` writes the tables for ``RESULTS.md`` (``python -m avsr.bin.synthgrid_report``, run
 by the recipe's scoring stage).
 """
@@ -23,7 +23,8 @@ from pathlib import Path
 
 import jiwer
 
-from avsr.decode.scoring import HYP_NAMES, MODALITIES, REF_NAMES, parse_condition, read_transcripts
+from avsr.eval.scoring import HYP_NAMES, REF_NAMES, parse_condition, read_transcripts
+from avsr.modalities import MODALITIES
 
 #: names of the six slots, in sentence order
 SLOT_NAMES = ("command", "colour", "preposition", "letter", "digit", "adverb")
@@ -147,7 +148,7 @@ def report_markdown(decode_dir: str | os.PathLike, corpus_dir: str | os.PathLike
     (clean, every modality).
 
     Raises:
-        ScoringError: unreadable transcripts (as :mod:`avsr.decode.scoring`).
+        ScoringError: unreadable transcripts (as :mod:`avsr.eval.scoring`).
         StopIteration: a condition directory without hypothesis or reference file.
     """
     data = collect(decode_dir)

@@ -35,14 +35,14 @@ import math
 import os
 import platform
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import jiwer
 
-from avsr.fileio import write_text_atomic
+from avsr.fileio import atomic_path, write_text_atomic
+from avsr.modalities import MODALITIES
 
 __all__ = [
     "MODALITIES",
@@ -60,7 +60,6 @@ __all__ = [
     "write_results",
 ]
 
-MODALITIES = ("audio", "video", "audiovisual")
 HYP_NAMES = ("hyp", "text", "hyp.trn")
 REF_NAMES = ("ref", "ref.trn")
 ROW_KEYS = ("test_set", "modality", "noise", "snr_db", "wer", "num_words", "num_utts")
@@ -437,15 +436,11 @@ def plot_wer_vs_snr(rows: list[dict[str, Any]], path: str | os.PathLike) -> None
         ax.legend(fontsize=7)
     fig.tight_layout()
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png", dpi=100)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=100)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def write_results(
