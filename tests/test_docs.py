@@ -70,6 +70,7 @@ def test_api_pages_render_the_docstrings(site):
     assert "AVHubertEncoder" in encoder
     assert "The AV-HuBERT encoder with ESPnet" in encoder  # the class docstring's first line
     assert "avhubert_base" in encoder  # the factories
+    assert ":class:" not in encoder and ":meth:" not in encoder  # Sphinx roles shown as code (docs/hooks)
     inference = _text(site / "api" / "inference" / "index.html")
     assert "Transcriber" in inference and "from_pretrained" in inference
     espnet = _text(site / "api" / "espnet" / "index.html")
