@@ -1,0 +1,138 @@
+"""The documentation: the MkDocs site builds without a warning, the API pages carry the docstrings, and the
+README is a short user document (no development history, its commands those of CI).
+
+The site is built with ``mkdocs build --strict`` (mkdocs.yml: broken links and anchors are warnings, and
+--strict makes every warning an error), by static analysis of the sources: neither torch nor ESPnet is
+imported to render the API pages.
+"""
+
+from __future__ import annotations
+
+import configparser
+import html
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+
+FRESH_MACHINE_COMMANDS = (
+    "bash scripts/install.sh && recipes/synthgrid/avsr1/run.sh",
+    "bash scripts/install.sh --dev && .venv/bin/python -m pytest -q tests && bash scripts/wheel_smoke.sh",
+)
+DOC_TOOLS = ("mkdocs", "mkdocstrings", "mkdocstrings-python", "mkdocs-material")
+
+
+def _text(page: Path) -> str:
+    """The visible text of a built HTML page."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", page.read_text(encoding="utf-8")))
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    for module in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python", "material"):
+        try:
+            __import__(module)
+        except ImportError:
+            pytest.fail(f"{module} is not installed: the doc tools come with the dev extra "
+                        "(bash scripts/install.sh --dev)")
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--config-file", str(REPO / "mkdocs.yml"),
+         "--site-dir", str(out)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+    )
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{log}"
+    assert "WARNING" not in log, log
+    return out
+
+
+def test_every_page_is_built(site):
+    pages = sorted(p.relative_to(DOCS) for p in DOCS.rglob("*.md"))
+    names = {str(p.with_suffix("")) for p in pages}
+    assert {"index", "recipes", "own-videos", "checkpoints", "espnet", "performance", "design"} <= names
+    assert {"api/encoder", "api/inference"} <= names
+    for page in pages:
+        built = site / (page.parent if page.name == "index.md" else page.with_suffix("")) / "index.html"
+        assert built.is_file(), f"docs/{page} was not built"
+
+
+def test_api_pages_render_the_docstrings(site):
+    encoder = _text(site / "api" / "encoder" / "index.html")
+    assert "AVHubertEncoder" in encoder
+    assert "The AV-HuBERT encoder with ESPnet" in encoder  # the class docstring's first line
+    assert "avhubert_base" in encoder  # the factories
+    assert ":class:" not in encoder and ":meth:" not in encoder  # Sphinx roles shown as code (docs/hooks)
+    inference = _text(site / "api" / "inference" / "index.html")
+    assert "Transcriber" in inference and "from_pretrained" in inference
+    espnet = _text(site / "api" / "espnet" / "index.html")
+    assert "AVHubertESPnetEncoder" in espnet  # documented without ESPnet installed
+    for name in ("AVSRModel", "DecodeConfig", "GradMultiply", "avhubert_audio_features"):
+        assert any(name in _text(p) for p in (site / "api").rglob("index.html")), name
+
+
+def _dev_extra() -> str:
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg", encoding="utf-8")
+    return cfg["options.extras_require"]["dev"]
+
+
+def test_doc_tools_are_in_the_dev_extra_and_pinned():
+    dev = _dev_extra()
+    pins = dict(line.split("==", 1) for line in (REPO / "constraints.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    for tool in DOC_TOOLS:
+        assert re.search(rf"^\s*{re.escape(tool)}\b", dev, re.M), f"{tool} is missing from the dev extra"
+        assert tool in pins, f"{tool} is not pinned in constraints.txt"
+
+
+# --------------------------------------------------------------------------------------------------- README
+URL = re.compile(r"https?://[^\s)>\]]+")
+COMMIT_LIKE = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
+HISTORY = re.compile(r"\b(issue|stop)\s+#?\d+\b|#\d+\b", re.I)
+
+
+def user_docs() -> list[Path]:
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def test_readme_is_short():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= 300, f"README.md has {len(lines)} lines; move the details into docs/"
+
+
+@pytest.mark.parametrize("path", user_docs(), ids=lambda p: str(p.relative_to(REPO)))
+def test_user_docs_name_no_commits_or_issues(path):
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        text = URL.sub(" ", line)
+        assert not COMMIT_LIKE.search(text), f"{path.name}:{number}: a commit id: {line}"
+        assert not HISTORY.search(text), f"{path.name}:{number}: development history: {line}"
+
+
+def test_commit_and_history_patterns():
+    assert COMMIT_LIKE.search("the model of 246f1c4") and COMMIT_LIKE.search("since e40b584,")
+    assert not COMMIT_LIKE.search("1000000 deadbeef avhubert_base bf16 spm_unigram1000")
+    assert not COMMIT_LIKE.search(URL.sub(" ", "see https://github.com/x/y/commit/246f1c4abc"))
+    assert HISTORY.search("the targets of issue 15") and HISTORY.search("stop 31's code")
+    assert not HISTORY.search("a stop token; 15 issues")
+
+
+def test_readme_keeps_the_fresh_machine_commands():
+    readme = README.read_text(encoding="utf-8")
+    for command in FRESH_MACHINE_COMMANDS:
+        assert f"   {command}\n" in readme, command
+
+
+def test_readme_links_exist():
+    readme = README.read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme):
+        if not URL.match(target):
+            assert (REPO / target).exists(), f"README links to a missing file: {target}"
