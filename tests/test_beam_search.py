@@ -508,7 +508,7 @@ def test_pre_beams_differ_where_blank_or_eos_rank_high_and_agree_without_pre_bea
     with torch.no_grad():  # blank scores like eos: both take pre-beam slots in ESPnet's ranking
         dec.output_projection.weight[BLANK] = dec.output_projection.weight[v - 1]
     results = {}
-    end_rules = dict(ctc_end_prob=0.99, ctc_maxlen_ratio=1.25)  # the same in all (ESPnet's modes: off)
+    end_rules = dict(ctc_end_prob=0.99, ctc_maxlen_ratio=1.5)  # the same in all (ESPnet's modes: off)
     for pre_beam in ("avsr", "espnet", "espnet_nonbatch"):
         partial = DecodeConfig(beam_size=2, ctc_weight=0.3, pre_beam_ratio=1.0, nbest=2, pre_beam=pre_beam)
         full = DecodeConfig(beam_size=2, ctc_weight=0.3, ctc_scoring="full", nbest=2, pre_beam=pre_beam,
@@ -578,24 +578,27 @@ def test_looping_decoder_stops_where_ctc_says_the_input_is_used_up():
     hyps = search_looping(logp, torch.tensor([20]))[0]
     assert hyps, "the search must end with a hypothesis"
     assert hyps[0].tokens == [2, 2, 2]
-    # the n-best's alternatives (beam 4) stay within the CTC length limit: ceil(1.25 * 3) + 2 tokens
-    assert all(len(h.tokens) <= 6 for h in hyps)
+    # the n-best's alternatives (beam 4) stay within the CTC length limit: ceil(1.5 * 3) + 2 = 7 tokens
+    assert all(len(h.tokens) <= 7 for h in hyps)
 
 
 def test_ctc_length_limit_bounds_a_looping_decoder_without_the_end_gate():
     logp = spiky_ctc({3: 2, 8: 2, 13: 2}, 20)
-    # end gate off: the limit from CTC's expected label count (3) still holds: ceil(1.25 * 3) + 2 = 6
+    # end gate off: the limit from CTC's expected label count (3) still holds: ceil(1.5 * 3) + 2 = 7
     hyps = search_looping(logp, torch.tensor([20]), ctc_end_prob=1.0)[0]
-    assert hyps and max(len(h.tokens) for h in hyps) <= 6
+    assert hyps and max(len(h.tokens) for h in hyps) <= 7
     # both off (ESPnet's search): the decoder overrides CTC and runs on to what 20 frames can spell
     espnet = search_looping(logp, torch.tensor([20]), ctc_end_prob=1.0, ctc_maxlen_ratio=0.0)[0]
-    assert len(espnet[0].tokens) > 6
+    assert len(espnet[0].tokens) > 7
 
 
 def test_long_silence_gives_an_empty_hypothesis():
     logp = spiky_ctc({}, 100)  # 4 s of silence: CTC says blank throughout
     hyps = search_looping(logp, torch.tensor([100]))[0]
     assert hyps and hyps[0].tokens == []
+    # a minimum length (2 tokens) holds the gate back until it is reached, and then the hypothesis ends
+    hyps = search_looping(logp, torch.tensor([100]), minlenratio=0.02)[0]
+    assert hyps and hyps[0].tokens == [2, 2]
 
 
 def test_time_stretched_input_gives_the_same_words_without_loops():
@@ -605,7 +608,7 @@ def test_time_stretched_input_gives_the_same_words_without_loops():
     hyps = search_looping(batch, torch.tensor([20, 60]))
     for u in hyps:
         assert u and u[0].tokens == [2, 5, 2]
-        assert all(len(h.tokens) <= 6 for h in u)  # the CTC length limit is the same for both: 3 labels
+        assert all(len(h.tokens) <= 7 for h in u)  # the CTC length limit is the same for both: 3 labels
     counts = ctc_expected_label_count(batch, torch.tensor([20, 60]), blank=BLANK, eos=LOOP_V - 1)
     assert counts.tolist() == pytest.approx([3.0, 3.0], abs=0.01)
 
@@ -629,7 +632,7 @@ def test_expected_label_count_matches_enumeration_of_alignments():
 
 
 def test_ctc_end_rules_are_checked_resolved_and_read_from_yaml(tmp_path):
-    assert DecodeConfig().ctc_end_rules() == (0.99, 1.25)
+    assert DecodeConfig().ctc_end_rules() == (0.99, 1.5)
     assert DecodeConfig(pre_beam="espnet").ctc_end_rules() == (1.0, 0.0)  # ESPnet's search: off
     assert DecodeConfig(pre_beam="espnet", ctc_end_prob=0.9, ctc_maxlen_ratio=2).ctc_end_rules() == (0.9, 2)
     for bad in (dict(ctc_end_prob=0.0), dict(ctc_end_prob=1.5), dict(ctc_maxlen_ratio=-1),
@@ -641,7 +644,7 @@ def test_ctc_end_rules_are_checked_resolved_and_read_from_yaml(tmp_path):
     cfg = load_decode_config(path)
     assert (cfg.ctc_end_prob, cfg.ctc_maxlen_ratio, cfg.ctc_maxlen_margin) == (0.999, 1.5, 4)
     default = load_decode_config("conf/decode/default.yaml")
-    assert default.ctc_end_rules() == (0.99, 1.25) and default.ctc_maxlen_margin == 2
+    assert default.ctc_end_rules() == (0.99, 1.5) and default.ctc_maxlen_margin == 2
     with pytest.raises(ConfigError, match="ctc_end_prob"):
         load_decode_config("conf/decode/avhubert_s2s.yaml", ctc_end_prob=0.9)  # not read by fairseq's search
 

@@ -71,7 +71,7 @@ END_DETECT_D = -10.0  # ESPnet end_detect: log(1 * exp(-10))
 PRE_BEAMS = ("avsr", "espnet", "espnet_nonbatch")
 #: what ``ctc_end_prob`` and ``ctc_maxlen_ratio`` of None mean with ``pre_beam: avsr`` (ESPnet's modes: off).
 CTC_END_PROB = 0.99
-CTC_MAXLEN_RATIO = 1.25
+CTC_MAXLEN_RATIO = 1.5
 
 
 @dataclass
@@ -122,7 +122,7 @@ class DecodeConfig:
             ``E[|y|]`` is the expected number of labels of the CTC output
             (:func:`avsr.decode.ctc_prefix_score.ctc_expected_label_count`): room for the decoder to restore
             words that CTC missed, but no loop past what the input holds. ``ctc_maxlen_ratio`` 0: off
-            (ESPnet); None (default): 1.25 with ``pre_beam: avsr``, off with ``espnet`` and
+            (ESPnet); None (default): 1.5 with ``pre_beam: avsr``, off with ``espnet`` and
             ``espnet_nonbatch``. ``ctc_maxlen_margin``: tokens, default 2.
         video_weight, audio_weight: audio-visual input only: the weights of the model's video-only and
             audio-only views in a final ranking of the fused input's n-best list joined with the video-only
