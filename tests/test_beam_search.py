@@ -12,6 +12,7 @@ from avsr.decode import (
     CTCPrefixScorer,
     DecodeConfig,
     batch_beam_search,
+    ctc_expected_label_count,
     ctc_greedy_decode,
     load_decode_config,
 )
@@ -507,9 +508,11 @@ def test_pre_beams_differ_where_blank_or_eos_rank_high_and_agree_without_pre_bea
     with torch.no_grad():  # blank scores like eos: both take pre-beam slots in ESPnet's ranking
         dec.output_projection.weight[BLANK] = dec.output_projection.weight[v - 1]
     results = {}
+    end_rules = dict(ctc_end_prob=0.99, ctc_maxlen_ratio=1.5)  # the same in all (ESPnet's modes: off)
     for pre_beam in ("avsr", "espnet", "espnet_nonbatch"):
         partial = DecodeConfig(beam_size=2, ctc_weight=0.3, pre_beam_ratio=1.0, nbest=2, pre_beam=pre_beam)
-        full = DecodeConfig(beam_size=2, ctc_weight=0.3, ctc_scoring="full", nbest=2, pre_beam=pre_beam)
+        full = DecodeConfig(beam_size=2, ctc_weight=0.3, ctc_scoring="full", nbest=2, pre_beam=pre_beam,
+                            **end_rules)
         results[pre_beam] = [[h.tokens for h in u] for u in batch_beam_search(mem, lens, partial, **kw)]
         results[pre_beam, "full"] = [[h.tokens for h in u] for u in batch_beam_search(mem, lens, full, **kw)]
     assert results["avsr", "full"] == results["espnet", "full"] == results["espnet_nonbatch", "full"]
@@ -523,3 +526,143 @@ def test_pre_beam_option_is_checked_and_read_from_yaml(tmp_path):
     path.write_text("pre_beam: espnet\nbeam_size: 4\n")
     assert load_decode_config(path).pre_beam == "espnet"
     assert load_decode_config("conf/decode/default.yaml").pre_beam == "avsr"
+
+
+# --- a hypothesis ends where the speech ends: the attention decoder cannot run on past CTC's support ---
+
+LOOP_V, LOOP_TOKEN = 10, 2  # vocabulary of the looping tests (blank 0, labels 1..8, eos 9); the favourite
+
+
+def looping_decoder(v: int = LOOP_V, d: int = 12, favourite: int = LOOP_TOKEN) -> TransformerDecoder:
+    """A decoder that never wants to stop: whatever it reads, ``favourite`` gets ~0 nats, the other labels
+    ~-4 and ``eos`` ~-34 (an output bias; the weights are shrunk so that the input hardly matters)."""
+    dec = make_decoder(v, d, seed=0)
+    proj = torch.nn.Linear(dec.output_projection.in_features, v, bias=True)
+    with torch.no_grad():
+        proj.weight.copy_(dec.output_projection.weight * 0.01)
+        proj.bias.zero_()
+        proj.bias[favourite] = 4.0
+        proj.bias[v - 1] = -30.0
+    dec.output_projection = proj
+    return dec.eval()
+
+
+def spiky_ctc(spikes: dict[int, int], t: int, v: int = LOOP_V, floor: float = -12.0) -> torch.Tensor:
+    """``(1, t, v)`` CTC log-probabilities of a trained model's kind: blank everywhere (every other token
+    ``floor`` nats below it) except one frame per entry of ``spikes`` (frame -> label), where the label wins
+    by 12 nats."""
+    logits = torch.full((1, t, v), floor)
+    logits[..., BLANK] = 0.0
+    for frame, label in spikes.items():
+        logits[0, frame, label] = 12.0
+    return torch.log_softmax(logits, -1)
+
+
+def stretch(logp: torch.Tensor, factor: int) -> torch.Tensor:
+    """Time-stretched input as a CTC model sees it: every frame ``factor`` times."""
+    return logp.repeat_interleave(factor, dim=1)
+
+
+def search_looping(ctc_logp, lens, **cfg):
+    b, t = ctc_logp.shape[:2]
+    torch.manual_seed(1)
+    mem = torch.randn(b, t, 12)
+    cfg = DecodeConfig(**{"beam_size": 4, "ctc_weight": 0.3, "nbest": 4, **cfg})
+    return batch_beam_search(mem, lens, cfg, decoder=looping_decoder(), ctc_logp=ctc_logp, sos=LOOP_V - 1,
+                             eos=LOOP_V - 1)
+
+
+def test_looping_decoder_stops_where_ctc_says_the_input_is_used_up():
+    # CTC supports "2 2 2" (three spikes) in 20 frames; the decoder would say 2 forever
+    logp = spiky_ctc({3: 2, 8: 2, 13: 2}, 20)
+    hyps = search_looping(logp, torch.tensor([20]))[0]
+    assert hyps, "the search must end with a hypothesis"
+    assert hyps[0].tokens == [2, 2, 2]
+    # the n-best's alternatives (beam 4) stay within the CTC length limit: ceil(1.5 * 3) + 2 = 7 tokens
+    assert all(len(h.tokens) <= 7 for h in hyps)
+
+
+def test_ctc_length_limit_bounds_a_looping_decoder_without_the_end_gate():
+    logp = spiky_ctc({3: 2, 8: 2, 13: 2}, 20)
+    # end gate off: the limit from CTC's expected label count (3) still holds: ceil(1.5 * 3) + 2 = 7
+    hyps = search_looping(logp, torch.tensor([20]), ctc_end_prob=1.0)[0]
+    assert hyps and max(len(h.tokens) for h in hyps) <= 7
+    # both off (ESPnet's search): the decoder overrides CTC and runs on to what 20 frames can spell
+    espnet = search_looping(logp, torch.tensor([20]), ctc_end_prob=1.0, ctc_maxlen_ratio=0.0)[0]
+    assert len(espnet[0].tokens) > 7
+
+
+def test_long_silence_gives_an_empty_hypothesis():
+    logp = spiky_ctc({}, 100)  # 4 s of silence: CTC says blank throughout
+    hyps = search_looping(logp, torch.tensor([100]))[0]
+    assert hyps and hyps[0].tokens == []
+    # a minimum length (2 tokens) holds the gate back until it is reached, and then the hypothesis ends
+    hyps = search_looping(logp, torch.tensor([100]), minlenratio=0.02)[0]
+    assert hyps and hyps[0].tokens == [2, 2]
+
+
+def test_time_stretched_input_gives_the_same_words_without_loops():
+    logp = spiky_ctc({3: 2, 8: 5, 13: 2}, 20)
+    slow = stretch(logp, 3)  # 60 frames, each spike 3 frames wide
+    batch = torch.cat([F.pad(logp, (0, 0, 0, 40), value=0.0), slow])
+    hyps = search_looping(batch, torch.tensor([20, 60]))
+    for u in hyps:
+        assert u and u[0].tokens == [2, 5, 2]
+        assert all(len(h.tokens) <= 7 for h in u)  # the CTC length limit is the same for both: 3 labels
+    counts = ctc_expected_label_count(batch, torch.tensor([20, 60]), blank=BLANK, eos=LOOP_V - 1)
+    assert counts.tolist() == pytest.approx([3.0, 3.0], abs=0.01)
+
+
+def test_expected_label_count_matches_enumeration_of_alignments():
+    torch.manual_seed(3)
+    t, v = 5, 4  # blank 0, labels 1, 2, eos 3 (not a label)
+    logp = torch.log_softmax(torch.randn(2, t, v) * 2, -1)
+    lengths = torch.tensor([5, 3])
+    got = ctc_expected_label_count(logp, lengths, blank=BLANK, eos=v - 1)
+    for b in range(2):
+        n = int(lengths[b])
+        prob = logp[b, :n].double().exp()
+        want = sum(
+            float(prob[torch.arange(n), torch.tensor(path)].prod()) * sum(c != v - 1 for c in collapse(path))
+            for path in itertools.product(range(v), repeat=n)
+        )
+        assert float(got[b]) == pytest.approx(want, rel=1e-5)
+    with pytest.raises(ValueError, match="logp must be"):
+        ctc_expected_label_count(logp[0], lengths)
+
+
+def test_ctc_end_rules_are_checked_resolved_and_read_from_yaml(tmp_path):
+    assert DecodeConfig().ctc_end_rules() == (0.99, 1.5)
+    assert DecodeConfig(pre_beam="espnet").ctc_end_rules() == (1.0, 0.0)  # ESPnet's search: off
+    assert DecodeConfig(pre_beam="espnet", ctc_end_prob=0.9, ctc_maxlen_ratio=2).ctc_end_rules() == (0.9, 2)
+    for bad in (dict(ctc_end_prob=0.0), dict(ctc_end_prob=1.5), dict(ctc_maxlen_ratio=-1),
+                dict(ctc_maxlen_margin=-1)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            DecodeConfig(**bad)
+    path = tmp_path / "d.yaml"
+    path.write_text("ctc_end_prob: 0.999\nctc_maxlen_ratio: 1.5\nctc_maxlen_margin: 4\n")
+    cfg = load_decode_config(path)
+    assert (cfg.ctc_end_prob, cfg.ctc_maxlen_ratio, cfg.ctc_maxlen_margin) == (0.999, 1.5, 4)
+    default = load_decode_config("conf/decode/default.yaml")
+    assert default.ctc_end_rules() == (0.99, 1.5) and default.ctc_maxlen_margin == 2
+    with pytest.raises(ConfigError, match="ctc_end_prob"):
+        load_decode_config("conf/decode/avhubert_s2s.yaml", ctc_end_prob=0.9)  # not read by fairseq's search
+
+
+def test_model_with_a_looping_decoder_decodes_silence_as_nothing():
+    # the model's own path (AVSRModel.decode, default options): the CTC head says blank, the decoder never
+    # stops, and with more labels (28) than the beam (10) eos never makes the beam on its attention score
+    torch.manual_seed(0)
+    v = 30
+    model = AVSRModel(v, TINY_ENCODER, TINY_DECODER, ctc_weight=0.3).eval()
+    proj = torch.nn.Linear(model.decoder.output_projection.in_features, v, bias=True)
+    with torch.no_grad():
+        proj.weight.zero_()
+        proj.bias.zero_()
+        proj.bias[LOOP_TOKEN], proj.bias[v - 1] = 4.0, -30.0
+        model.ctc_lo.weight.zero_()
+        model.ctc_lo.bias.fill_(-14.0)
+        model.ctc_lo.bias[BLANK] = 0.0
+    model.decoder.output_projection = proj
+    audio = torch.randn(2, 104, 75)  # 3 s
+    assert model.decode(audio, None, torch.tensor([75, 50])) == [[], []]

@@ -8,7 +8,7 @@ from avsr.decode.beam_search import (
     ctc_greedy_decode,
     load_decode_config,
 )
-from avsr.decode.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState
+from avsr.decode.ctc_prefix_score import CTCPrefixScorer, CTCPrefixState, ctc_expected_label_count
 
 __all__ = [
     "CTCPrefixScorer",
@@ -16,6 +16,7 @@ __all__ = [
     "DecodeConfig",
     "Hypothesis",
     "batch_beam_search",
+    "ctc_expected_label_count",
     "ctc_greedy_decode",
     "load_decode_config",
 ]

@@ -15,13 +15,25 @@ recognition", Sec. III-B (one-pass rescoring with CTC prefix scores), organised 
   step, as in ESPnet); an utterance stops when it has no live hypothesis, when it reaches its maximum
   length, or -- with ``maxlenratio == 0`` -- by ESPnet's ``end_detect`` (the best ended hypotheses of the
   last 3 lengths all scored more than 10 nats below the best one); finished utterances are dropped from
-  the batch.
+  the batch;
+* a hypothesis ends where the speech ends (joint search only; ``DecodeConfig.ctc_end_prob``,
+  ``ctc_maxlen_ratio``): the attention decoder of a model that meets input it was not trained on (another
+  voice or recording chain, slower speech, long silences) may never want to stop, and a log-linear CTC weight
+  of 0.3 cannot hold it back -- an extension that CTC does not support costs only ``0.3 * log psi``, while
+  ``eos`` would cost ``0.7 * log p_att(eos)``, so ``eos`` never makes the beam and the hypothesis runs on to
+  the maximum length. Two rules from CTC, which is frame-synchronous and cannot loop, stop it: (1) the CTC end
+  gate -- once CTC's probability that the prefix ``g`` is complete, ``p_ctc(g) / psi(g)`` (its ``eos``
+  score), reaches ``ctc_end_prob``, the input is used up and ``g`` can only take ``eos``; (2) the CTC length
+  limit -- no hypothesis is longer than ``ceil(ctc_maxlen_ratio * E[|y|]) + ctc_maxlen_margin`` tokens,
+  ``E[|y|]`` being the expected number of labels of the CTC output
+  (:func:`avsr.decode.ctc_prefix_score.ctc_expected_label_count`).
 
 Differences from ESPnet, all documented on :class:`DecodeConfig`: a hypothesis that reaches the maximum
 length gets the score of ``eos`` (ESPnet appends ``eos`` unscored); hypotheses shorter than the minimum
 length cannot take ``eos`` (ESPnet drops them after the fact); blank is never emitted, even with
 ``ctc_weight == 0``; partial scoring always scores ``eos`` too and keeps ``eos`` and blank out of the
-pre-beam (unless ``pre_beam`` is ``espnet`` or ``espnet_nonbatch``).
+pre-beam (unless ``pre_beam`` is ``espnet`` or ``espnet_nonbatch``); the CTC end gate and length limit (off by
+default with ``pre_beam`` ``espnet`` or ``espnet_nonbatch``, which reproduce ESPnet).
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ import torch
 from torch import Tensor
 
 from avsr.config import ConfigError, config_path, from_dict, load_yaml
-from avsr.decode.ctc_prefix_score import CTCPrefixScorer
+from avsr.decode.ctc_prefix_score import CTCPrefixScorer, ctc_expected_label_count
 from avsr.decode.fairseq_search import fairseq_beam_search
 from avsr.decode.hypothesis import Hypothesis
 from avsr.nn.decoder import TransformerDecoder
@@ -48,7 +60,8 @@ NEG_INF = float("-inf")
 #: the fields of :class:`DecodeConfig` each search reads (besides ``search``).
 SEARCH_FIELDS: dict[str, tuple[str, ...]] = {
     "espnet": ("beam_size", "ctc_weight", "penalty", "maxlenratio", "minlenratio", "nbest", "ctc_scoring",
-               "pre_beam_ratio", "pre_beam", "video_weight", "audio_weight"),
+               "pre_beam_ratio", "pre_beam", "ctc_end_prob", "ctc_maxlen_ratio", "ctc_maxlen_margin",
+               "video_weight", "audio_weight"),
     "fairseq": ("beam_size", "ctc_weight", "nbest", "lenpen", "max_len_a", "max_len_b", "min_len", "unkpen",
                 "normalize_scores"),
 }
@@ -56,6 +69,9 @@ END_DETECT_M = 3  # ESPnet end_detect: number of recent lengths checked
 END_DETECT_D = -10.0  # ESPnet end_detect: log(1 * exp(-10))
 #: values of ``DecodeConfig.pre_beam``.
 PRE_BEAMS = ("avsr", "espnet", "espnet_nonbatch")
+#: what ``ctc_end_prob`` and ``ctc_maxlen_ratio`` of None mean with ``pre_beam: avsr`` (ESPnet's modes: off).
+CTC_END_PROB = 0.99
+CTC_MAXLEN_RATIO = 1.5
 
 
 @dataclass
@@ -68,7 +84,8 @@ class DecodeConfig:
             0.0 = attention alone (no CTC head needed).
         penalty: length bonus added per emitted token (``eos`` included).
         maxlenratio: maximum output length: 0 -> the encoder length ``T`` (and end detection is on);
-            > 0 -> ``max(1, int(maxlenratio * T))``; < 0 -> ``-int(maxlenratio)`` tokens.
+            > 0 -> ``max(1, int(maxlenratio * T))``; < 0 -> ``-int(maxlenratio)`` tokens; in joint search
+            the CTC length limit (``ctc_maxlen_ratio``) may lower it.
         minlenratio: minimum output length ``int(minlenratio * T)``; ``eos`` is refused before it.
         nbest: hypotheses returned per utterance (at most ``beam_size``).
         ctc_scoring: "partial" (CTC scores the pre-beam of the attention decoder, plus eos) or "full"
@@ -94,6 +111,19 @@ class DecodeConfig:
             With the same weights and settings, ``espnet`` and ``espnet_nonbatch`` give the hypotheses of
             ESPnet's two classes (``benchmarks/bench_vs_espnet.py`` checks this against the installed
             ESPnet). Full scoring and CTC-only or attention-only search do not use a pre-beam.
+        ctc_end_prob: the CTC end gate of joint search (``0 < ctc_weight < 1``): a running hypothesis ``g``
+            whose CTC probability of being complete, ``p_ctc(g) / psi(g)`` (the CTC prefix score of ``eos``,
+            Watanabe et al. 2017), is at least this can only take ``eos``: CTC says the input is used up, so
+            the attention decoder cannot run on (its extension scores collapse to ``-inf``). Not applied
+            before the minimum length. 1.0: off (ESPnet). None (default): 0.99 with ``pre_beam: avsr``, off
+            with ``espnet`` and ``espnet_nonbatch``.
+        ctc_maxlen_ratio, ctc_maxlen_margin: the CTC length limit of joint search: the maximum length becomes
+            ``min(maxlen, max(minlen, ceil(ctc_maxlen_ratio * E[|y|]) + ctc_maxlen_margin))``, where
+            ``E[|y|]`` is the expected number of labels of the CTC output
+            (:func:`avsr.decode.ctc_prefix_score.ctc_expected_label_count`): room for the decoder to restore
+            words that CTC missed, but no loop past what the input holds. ``ctc_maxlen_ratio`` 0: off
+            (ESPnet); None (default): 1.5 with ``pre_beam: avsr``, off with ``espnet`` and
+            ``espnet_nonbatch``. ``ctc_maxlen_margin``: tokens, default 2.
         video_weight, audio_weight: audio-visual input only: the weights of the model's video-only and
             audio-only views in a final ranking of the fused input's n-best list joined with the video-only
             view's own (:mod:`avsr.decode.rescore`). Each candidate scores
@@ -125,6 +155,9 @@ class DecodeConfig:
     ctc_scoring: str = "partial"
     pre_beam_ratio: float = 1.5
     pre_beam: str = "avsr"
+    ctc_end_prob: float | None = None
+    ctc_maxlen_ratio: float | None = None
+    ctc_maxlen_margin: int = 2
     search: str = "espnet"
     lenpen: float = 1.0
     max_len_a: float = 0.0
@@ -150,6 +183,14 @@ class DecodeConfig:
             raise ValueError(f"pre_beam_ratio must be > 0, got {self.pre_beam_ratio}")
         if self.pre_beam not in PRE_BEAMS:
             raise ValueError(f"pre_beam must be one of {PRE_BEAMS}, got {self.pre_beam!r}")
+        if self.ctc_end_prob is not None and not 0.0 < self.ctc_end_prob <= 1.0:
+            raise ValueError(f"ctc_end_prob must lie in (0, 1] (1: off) or be null, got {self.ctc_end_prob}")
+        if self.ctc_maxlen_ratio is not None and not (self.ctc_maxlen_ratio >= 0
+                                                      and math.isfinite(self.ctc_maxlen_ratio)):
+            raise ValueError(f"ctc_maxlen_ratio must be a finite number >= 0 (0: off) or null, "
+                             f"got {self.ctc_maxlen_ratio}")
+        if self.ctc_maxlen_margin < 0:
+            raise ValueError(f"ctc_maxlen_margin must be >= 0, got {self.ctc_maxlen_margin}")
         if self.search not in ("espnet", "fairseq"):
             raise ValueError(f"search must be 'espnet' or 'fairseq', got {self.search!r}")
         if self.search == "fairseq" and self.ctc_weight != 0:
@@ -163,6 +204,16 @@ class DecodeConfig:
             weight = getattr(self, name)
             if weight is not None and not (weight >= 0 and math.isfinite(weight)):
                 raise ValueError(f"{name} must be a finite number >= 0 (or null), got {weight}")
+
+    def ctc_end_rules(self) -> tuple[float, float]:
+        """``(ctc_end_prob, ctc_maxlen_ratio)`` with None resolved: :data:`CTC_END_PROB` and
+        :data:`CTC_MAXLEN_RATIO` with ``pre_beam: avsr``, ``(1.0, 0.0)`` (off, as ESPnet) with ``espnet`` and
+        ``espnet_nonbatch``."""
+        ours = self.pre_beam == "avsr"
+        end = self.ctc_end_prob if self.ctc_end_prob is not None else (CTC_END_PROB if ours else 1.0)
+        ratio = self.ctc_maxlen_ratio if self.ctc_maxlen_ratio is not None else (
+            CTC_MAXLEN_RATIO if ours else 0.0)
+        return end, ratio
 
     def view_weights(self, default: tuple[float, float]) -> tuple[float, float]:
         """``(video_weight, audio_weight)``, each ``default``'s where it is None; ``(0, 0)`` for a search
@@ -340,6 +391,14 @@ def batch_beam_search(
     k = config.beam_size
     lens = memory_lens.to(device, torch.long)
     maxlen, minlen = _max_min_lengths(lens, config)
+    end_prob, maxlen_ratio = config.ctc_end_rules()
+    joint = use_att and use_ctc
+    if joint and maxlen_ratio > 0:  # the CTC length limit: no longer than what the input holds
+        expected = ctc_expected_label_count(ctc_logp, lens, blank=blank, eos=eos if eos != blank else None)
+        limit = torch.ceil(maxlen_ratio * expected).long() + config.ctc_maxlen_margin
+        maxlen = torch.minimum(maxlen, torch.maximum(limit, minlen))
+    gate = joint and end_prob < 1.0
+    log_end_prob = math.log(end_prob)
     pre_beam = int(config.pre_beam_ratio * k)
     # ESPnet pre-beams while pre_beam < V; ours leaves out eos and blank, so it needs pre_beam < V - 1
     partial = (use_att and use_ctc and config.ctc_scoring == "partial"
@@ -361,6 +420,15 @@ def batch_beam_search(
     best_by_len = torch.full((bsz, int(maxlen.max()) + 1), NEG_INF, device=device)
     ended: list[list[Hypothesis]] = [[] for _ in range(bsz)]
     all_tokens = torch.arange(vocab, device=device)
+
+    def finish(rows: Tensor, s: Tensor, a: Tensor, cs: Tensor, seqs: Tensor) -> None:
+        """Hypotheses ``seqs`` (``(R, i)``, sos and eos left out) of rows ``rows`` ended at step ``i`` with
+        total, attention and CTC scores ``s``, ``a``, ``cs`` (``(R,)`` each); impossible ones are left out."""
+        ok = s.isfinite()
+        rows, s, a, cs, seqs = rows[ok], s[ok], a[ok], cs[ok], seqs[ok]
+        best_by_len[:, i].scatter_reduce_(0, rows // k, s, reduce="amax")
+        for u, *hyp in zip(utt_ids[rows // k].tolist(), seqs.tolist(), s.tolist(), a.tolist(), cs.tolist()):
+            ended[u].append(Hypothesis(*hyp))
 
     i = 0
     while utt_ids.numel() > 0:
@@ -388,13 +456,27 @@ def batch_beam_search(
         if pad is not None:
             refuse |= ids == pad
         refuse |= is_eos & (i < minlen)[rows_utt, None]
-        refuse |= ~is_eos & (i >= maxlen)[rows_utt, None]
+        at_end = (i >= maxlen)[rows_utt]  # (n,) bool: only eos is left
+        used_up = None
+        if gate:  # the CTC end gate: log p_ctc(g) - log psi(g) (eos's CTC score) says the input is used up
+            end_logp = ctc_c.masked_fill(~is_eos, NEG_INF).amax(dim=1)
+            used_up = (end_logp >= log_end_prob) & (i >= minlen)[rows_utt] & score.isfinite()
+            at_end = at_end | used_up
+        refuse |= ~is_eos & at_end[:, None]
         refuse |= ~score.isfinite()[:, None]
         if extra_eos is not None:
             refuse[:, -1] |= extra_eos
-            if config.pre_beam == "espnet_nonbatch":  # eos outside the pre-beam only at the maximum length
-                refuse[:, -1] |= (i < maxlen)[rows_utt]
+            if config.pre_beam == "espnet_nonbatch":  # eos outside the pre-beam only where only eos is left
+                refuse[:, -1] |= ~at_end
         total = (score[:, None] + cand).masked_fill(refuse, NEG_INF)
+        if used_up is not None and bool(used_up.any()):
+            # a hypothesis that CTC says is complete ends now, outside the beam: its eos, which pays the
+            # decoder's eos score at once, must not compete for a slot with extensions that pay it later
+            rows = used_up.nonzero().squeeze(1)
+            eos_total = total[rows].masked_fill(~is_eos[rows], NEG_INF).amax(dim=1)
+            finish(rows, eos_total, att_cum[rows] + att[rows, eos], ctc_cum[rows] + end_logp[rows],
+                   yseq[rows, 1:])
+            total[rows] = NEG_INF
 
         c = total.size(1)
         top, idx = total.view(b, k * c).topk(k, dim=1)
@@ -409,15 +491,7 @@ def batch_beam_search(
         done_rows = (token == eos) & score.isfinite()
         if bool(done_rows.any()):
             rows = done_rows.nonzero().squeeze(1)
-            best_by_len[:, i].scatter_reduce_(0, rows // k, score[rows], reduce="amax")
-            for u, s, a, cs, seq in zip(
-                utt_ids[rows // k].tolist(),
-                score[rows].tolist(),
-                att_cum[rows].tolist(),
-                ctc_cum[rows].tolist(),
-                yseq[rows, 1:-1].tolist(),
-            ):
-                ended[u].append(Hypothesis(seq, s, a, cs))
+            finish(rows, score[rows], att_cum[rows], ctc_cum[rows], yseq[rows, 1:-1])
         score = score.masked_fill(token == eos, NEG_INF)
         if use_att:
             dec_state = dec_state.select(parent)

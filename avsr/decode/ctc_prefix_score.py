@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["CTCPrefixState", "CTCPrefixScorer"]
+__all__ = ["CTCPrefixState", "CTCPrefixScorer", "ctc_expected_label_count"]
 
 NEG_INF = float("-inf")
 # CTC log-probabilities are clamped to this value so that cumulative sums stay finite (exp(-1e4) == 0).
@@ -216,3 +216,47 @@ class CTCPrefixScorer:
         bc = torch.cumsum(xb, dim=0)
         rb = bc + torch.logcumsumexp(self._shift(rn, NEG_INF) - self._shift(bc, 0.0), dim=0)
         return CTCPrefixState(torch.stack([rn, rb], dim=1), psi.float(), tokens, state.length + 1)
+
+
+def ctc_expected_label_count(logp: Tensor, lengths: Tensor, blank: int = 0, eos: int | None = None) -> Tensor:
+    """Expected number of labels in the CTC output of each utterance: how many tokens the input supports.
+
+    Under CTC's output distribution the frames are independent (Graves et al. 2006, Eq. 2), and a label
+    starts at frame ``t`` when frame ``t`` emits a label ``c`` that frame ``t-1`` does not (collapsing merges
+    repeats; a blank in between keeps them apart). By linearity of expectation the number of labels of the
+    collapsed output has the mean
+
+        ``E[|y|] = sum_{t < T} sum_{c != blank, eos} y^c_t (1 - y^c_{t-1})``,  ``y^c_{-1} = 0``.
+
+    A peaky distribution gives the length of its best path; silence (blank throughout) gives ~0; a
+    time-stretched input (each spike several frames wide) gives the same count as the original. The joint
+    beam search bounds hypothesis lengths with it (``DecodeConfig.ctc_maxlen_ratio``).
+
+    Args:
+        logp: ``(B, T, V)`` CTC log-probabilities (log-softmax output), any float dtype.
+        lengths: ``(B,)`` int64 valid frames per utterance (frames past them are ignored).
+        blank: blank id.
+        eos: end-of-sentence id, not a CTC label (avsr's ``V - 1``), or None when every non-blank id is one.
+
+    Returns:
+        ``(B,)`` float32 expected label counts, each in ``[0, lengths]``.
+
+    Raises:
+        ValueError: shapes disagree, or ``blank``/``eos`` are not token ids.
+    """
+    if logp.dim() != 3 or lengths.shape != (logp.size(0),):
+        raise ValueError(
+            f"logp must be (B, T, V) and lengths (B,), got {tuple(logp.shape)} and {tuple(lengths.shape)}"
+        )
+    b, t, v = logp.shape
+    if not 0 <= blank < v or (eos is not None and not 0 <= eos < v):
+        raise ValueError(f"blank ({blank}) and eos ({eos}) must be token ids below V={v}")
+    p = logp.detach().float().exp()
+    prev = torch.cat([torch.zeros_like(p[:, :1]), p[:, :-1]], dim=1)
+    label = torch.ones(v, dtype=torch.bool, device=p.device)
+    label[blank] = False
+    if eos is not None:
+        label[eos] = False
+    starts = (p * (1.0 - prev) * label).sum(dim=2)  # (B, T) probability that a label starts at frame t
+    valid = torch.arange(t, device=p.device)[None, :] < lengths.to(p.device)[:, None]
+    return (starts * valid).sum(dim=1)
