@@ -31,5 +31,6 @@ def test_modality_names_are_defined_once():
     assert all(set(streams) <= set(STREAMS) for streams in MODALITY_INPUTS.values())
     assert MODALITY_INPUTS["audiovisual"] == STREAMS
     assert check_modality("video") == "video"
-    with pytest.raises(ValueError, match=r"--modality must be one of \['audio', 'video', 'audiovisual'\], got 'av'"):
+    names = r"\['audio', 'video', 'audiovisual'\]"
+    with pytest.raises(ValueError, match=rf"--modality must be one of {names}, got 'av'"):
         check_modality("av", "--modality")
