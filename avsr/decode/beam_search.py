@@ -54,7 +54,8 @@ from avsr.decode.fairseq_search import fairseq_beam_search
 from avsr.decode.hypothesis import Hypothesis
 from avsr.nn.decoder import TransformerDecoder
 
-__all__ = ["DecodeConfig", "Hypothesis", "batch_beam_search", "ctc_greedy_decode", "load_decode_config"]
+__all__ = ["DecodeConfig", "Hypothesis", "JointSearch", "batch_beam_search", "ctc_greedy_decode",
+           "load_decode_config"]
 
 NEG_INF = float("-inf")
 #: the fields of :class:`DecodeConfig` each search reads (besides ``search``).
@@ -365,9 +366,7 @@ def batch_beam_search(
     Raises:
         ValueError: a scorer needed by ``ctc_weight`` is missing, or shapes disagree.
     """
-    w = config.ctc_weight
     if config.search == "fairseq":
-
         if decoder is None:
             raise ValueError("search 'fairseq' needs an attention decoder, but the model has none")
         if sos != eos:
@@ -376,157 +375,253 @@ def batch_beam_search(
             )
         return fairseq_beam_search(memory, memory_lens, config, decoder=decoder, eos=eos, pad=pad, unk=unk,
                                    src_len=src_len)
-    use_att, use_ctc = w < 1.0, w > 0.0
-    if use_att and decoder is None:
-        raise ValueError(f"ctc_weight={w} < 1 needs an attention decoder, but the model has none")
-    if use_ctc and ctc_logp is None:
-        raise ValueError(f"ctc_weight={w} > 0 needs a CTC head, but the model has none")
-    bsz, t_max = memory.shape[:2]
-    if memory_lens.shape != (bsz,):
-        raise ValueError(f"memory_lens must be ({bsz},), got {tuple(memory_lens.shape)}")
-    vocab = decoder.vocab_size if use_att else ctc_logp.size(-1)
-    if use_ctc and ctc_logp.shape != (bsz, t_max, vocab):
-        raise ValueError(f"ctc_logp must be ({bsz}, {t_max}, {vocab}), got {tuple(ctc_logp.shape)}")
-    device = memory.device
-    k = config.beam_size
-    lens = memory_lens.to(device, torch.long)
-    maxlen, minlen = _max_min_lengths(lens, config)
-    end_prob, maxlen_ratio = config.ctc_end_rules()
-    joint = use_att and use_ctc
-    if joint and maxlen_ratio > 0:  # the CTC length limit: no longer than what the input holds
-        expected = ctc_expected_label_count(ctc_logp, lens, blank=blank, eos=eos if eos != blank else None)
-        limit = torch.ceil(maxlen_ratio * expected).long() + config.ctc_maxlen_margin
-        maxlen = torch.minimum(maxlen, torch.maximum(limit, minlen))
-    gate = joint and end_prob < 1.0
-    log_end_prob = math.log(end_prob)
-    pre_beam = int(config.pre_beam_ratio * k)
-    # ESPnet pre-beams while pre_beam < V; ours leaves out eos and blank, so it needs pre_beam < V - 1
-    partial = (use_att and use_ctc and config.ctc_scoring == "partial"
-               and pre_beam < (vocab - 1 if config.pre_beam == "avsr" else vocab))
+    search = JointSearch(config, decoder, ctc_logp, sos=sos, eos=eos, blank=blank, pad=pad)
+    return search.run(memory, memory_lens)
 
-    mask = torch.arange(t_max, device=device)[None, :] < lens[:, None]
-    dec_state = decoder.init_state(memory, mask, group=k) if use_att else None
-    ctc = CTCPrefixScorer(ctc_logp, lens, group=k, blank=blank, eos=eos) if use_ctc else None
-    ctc_state = ctc.init_state() if use_ctc else None
 
-    n = bsz * k
-    score = torch.zeros(bsz, k, device=device)
-    score[:, 1:] = NEG_INF  # all beams start as the same empty hypothesis: keep one
-    score = score.view(n)
-    att_cum = torch.zeros(n, device=device)
-    ctc_cum = torch.zeros(n, device=device)
-    yseq = torch.full((n, 1), sos, dtype=torch.long, device=device)
-    utt_ids = torch.arange(bsz, device=device)  # original index of each utterance still searched
-    best_by_len = torch.full((bsz, int(maxlen.max()) + 1), NEG_INF, device=device)
-    ended: list[list[Hypothesis]] = [[] for _ in range(bsz)]
-    all_tokens = torch.arange(vocab, device=device)
+@dataclass
+class _Candidates:
+    """The scored extensions of the ``N`` running hypotheses at one step.
 
-    def finish(rows: Tensor, s: Tensor, a: Tensor, cs: Tensor, seqs: Tensor) -> None:
-        """Hypotheses ``seqs`` (``(R, i)``, sos and eos left out) of rows ``rows`` ended at step ``i`` with
-        total, attention and CTC scores ``s``, ``a``, ``cs`` (``(R,)`` each); impossible ones are left out."""
-        ok = s.isfinite()
-        rows, s, a, cs, seqs = rows[ok], s[ok], a[ok], cs[ok], seqs[ok]
-        best_by_len[:, i].scatter_reduce_(0, rows // k, s, reduce="amax")
-        for u, *hyp in zip(utt_ids[rows // k].tolist(), seqs.tolist(), s.tolist(), a.tolist(), cs.tolist()):
-            ended[u].append(Hypothesis(*hyp))
+    Attributes:
+        ids: ``(N, C)`` int64 candidate tokens (the whole vocabulary, or the pre-beam plus ``eos``).
+        att: ``(N, V)`` float attention log-probabilities of the next token (zeros without a decoder).
+        att_c, ctc_c: ``(N, C)`` float attention and CTC scores of the candidates (CTC: ``log psi(g + c) -
+            log psi(g)``).
+        psi: ``(N, C)`` float ``log psi(g + c)`` (what the CTC state keeps for the chosen extensions).
+        total: ``(N, C)`` float score of each extended hypothesis, ``-inf`` where the rules refuse it.
+        extra_eos: ``(N,)`` bool or None: the appended ``eos`` column repeats an ``eos`` of the pre-beam.
+    """
 
-    i = 0
-    while utt_ids.numel() > 0:
-        b = utt_ids.numel()
-        n = b * k
-        if use_att:
-            att, dec_state = decoder.step(yseq[:, -1], dec_state)
+    ids: Tensor
+    att: Tensor
+    att_c: Tensor
+    ctc_c: Tensor
+    psi: Tensor
+    total: Tensor
+    extra_eos: Tensor | None
+
+
+class JointSearch:
+    """The batched joint CTC/attention beam search of one configuration over one batch (see the module
+    docstring); :func:`batch_beam_search` is its entry point.
+
+    Each step has four named phases over the ``N = b * beam_size`` running hypotheses of the ``b``
+    utterances still searched: :meth:`_candidates` (the decoder's and CTC's scores of every extension),
+    :meth:`_refuse` (the rules: blank and pad never, ``eos`` only between the minimum and maximum length, the
+    CTC end gate, impossible parents), :meth:`_select` (the ``beam_size`` best extensions per utterance, ended
+    ones moved aside, the scorers' states following the kept rows) and :meth:`_prune` (finished utterances
+    dropped from the batch).
+
+    Args:
+        config: search options (``config.search`` must be ``espnet``).
+        decoder: the attention decoder, or None when ``ctc_weight == 1``.
+        ctc_logp: ``(B, T, V)`` CTC log-probabilities, or None when ``ctc_weight == 0``.
+        sos, eos, blank, pad: token ids (``pad``: never emitted, or None).
+
+    Raises:
+        ValueError: a scorer needed by ``ctc_weight`` is missing.
+    """
+
+    def __init__(self, config: DecodeConfig, decoder: TransformerDecoder | None, ctc_logp: Tensor | None, *,
+                 sos: int, eos: int, blank: int = 0, pad: int | None = None) -> None:
+        w = config.ctc_weight
+        self.use_att, self.use_ctc = w < 1.0, w > 0.0
+        if self.use_att and decoder is None:
+            raise ValueError(f"ctc_weight={w} < 1 needs an attention decoder, but the model has none")
+        if self.use_ctc and ctc_logp is None:
+            raise ValueError(f"ctc_weight={w} > 0 needs a CTC head, but the model has none")
+        self.config, self.decoder, self.ctc_logp = config, decoder, ctc_logp
+        self.sos, self.eos, self.blank, self.pad = sos, eos, blank, pad
+        self.k = config.beam_size
+        self.vocab = decoder.vocab_size if self.use_att else ctc_logp.size(-1)
+        self.pre_beam = int(config.pre_beam_ratio * self.k)
+        # ESPnet pre-beams while pre_beam < V; ours leaves out eos and blank, so it needs pre_beam < V - 1
+        self.partial = (self.use_att and self.use_ctc and config.ctc_scoring == "partial"
+                        and self.pre_beam < (self.vocab - 1 if config.pre_beam == "avsr" else self.vocab))
+        end_prob, self.maxlen_ratio = config.ctc_end_rules()
+        self.gate = self.use_att and self.use_ctc and end_prob < 1.0
+        self.log_end_prob = math.log(end_prob)
+
+    def run(self, memory: Tensor, memory_lens: Tensor) -> list[list[Hypothesis]]:
+        """Search ``memory`` ``(B, T, D)`` with ``memory_lens`` ``(B,)``; returns up to ``nbest`` hypotheses
+        per utterance, best first (see :func:`batch_beam_search`).
+
+        Raises:
+            ValueError: shapes disagree.
+        """
+        self._start(memory, memory_lens)
+        while self.utt_ids.numel() > 0:
+            cand = self._candidates()
+            self._refuse(cand)
+            self._select(cand)
+            self._prune()
+        return self._results()
+
+    def _start(self, memory: Tensor, memory_lens: Tensor) -> None:
+        """Check the shapes; set the lengths, the scorers' initial states and one empty hypothesis per
+        utterance."""
+        bsz, t_max = memory.shape[:2]
+        if memory_lens.shape != (bsz,):
+            raise ValueError(f"memory_lens must be ({bsz},), got {tuple(memory_lens.shape)}")
+        if self.use_ctc and self.ctc_logp.shape != (bsz, t_max, self.vocab):
+            raise ValueError(f"ctc_logp must be ({bsz}, {t_max}, {self.vocab}), "
+                             f"got {tuple(self.ctc_logp.shape)}")
+        k, device = self.k, memory.device
+        self.device = device
+        lens = memory_lens.to(device, torch.long)
+        self.maxlen, self.minlen = self._length_limits(lens)
+        mask = torch.arange(t_max, device=device)[None, :] < lens[:, None]
+        self.dec_state = self.decoder.init_state(memory, mask, group=k) if self.use_att else None
+        self.ctc = (CTCPrefixScorer(self.ctc_logp, lens, group=k, blank=self.blank, eos=self.eos)
+                    if self.use_ctc else None)
+        self.ctc_state = self.ctc.init_state() if self.use_ctc else None
+        n = bsz * k
+        score = torch.zeros(bsz, k, device=device)
+        score[:, 1:] = NEG_INF  # all beams start as the same empty hypothesis: keep one
+        self.score = score.view(n)
+        self.att_cum = torch.zeros(n, device=device)
+        self.ctc_cum = torch.zeros(n, device=device)
+        self.yseq = torch.full((n, 1), self.sos, dtype=torch.long, device=device)
+        self.utt_ids = torch.arange(bsz, device=device)  # original index of each utterance still searched
+        self.best_by_len = torch.full((bsz, int(self.maxlen.max()) + 1), NEG_INF, device=device)
+        self.ended: list[list[Hypothesis]] = [[] for _ in range(bsz)]
+        self.all_tokens = torch.arange(self.vocab, device=device)
+        self.i = 0
+
+    def _length_limits(self, lens: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-utterance ``(maxlen, minlen)`` ``(B,)`` int64: ESPnet's rules, and in joint search the CTC
+        length limit (no longer than what the input holds)."""
+        maxlen, minlen = _max_min_lengths(lens, self.config)
+        if self.use_att and self.use_ctc and self.maxlen_ratio > 0:
+            eos = self.eos if self.eos != self.blank else None
+            expected = ctc_expected_label_count(self.ctc_logp, lens, blank=self.blank, eos=eos)
+            limit = torch.ceil(self.maxlen_ratio * expected).long() + self.config.ctc_maxlen_margin
+            maxlen = torch.minimum(maxlen, torch.maximum(limit, minlen))
+        return maxlen, minlen
+
+    def _candidates(self) -> _Candidates:
+        """Phase 1: the decoder scores the next token of every running hypothesis; CTC scores the whole
+        vocabulary or the pre-beam (partial scoring); ``total`` is each extension's joint score."""
+        n, w = self.score.numel(), self.config.ctc_weight
+        if self.use_att:
+            att, self.dec_state = self.decoder.step(self.yseq[:, -1], self.dec_state)
         else:
-            att = torch.zeros(n, vocab, device=device)
-        extra_eos = None  # (n,) bool: the appended eos column duplicates an eos of the pre-beam
-        if partial:
-            ids, extra_eos = _pre_beam_ids(att, config, pre_beam, eos, blank)
+            att = torch.zeros(n, self.vocab, device=self.device)
+        extra_eos = None
+        if self.partial:
+            ids, extra_eos = _pre_beam_ids(att, self.config, self.pre_beam, self.eos, self.blank)
         else:
-            ids = all_tokens.expand(n, -1)
-        att_c = att.gather(1, ids) if partial else att
-        if use_ctc:
-            psi = ctc.score(ctc_state, ids if partial else None)
-            ctc_c = psi - ctc_state.psi[:, None]
+            ids = self.all_tokens.expand(n, -1)
+        att_c = att.gather(1, ids) if self.partial else att
+        if self.use_ctc:
+            psi = self.ctc.score(self.ctc_state, ids if self.partial else None)
+            ctc_c = psi - self.ctc_state.psi[:, None]
         else:
             psi = ctc_c = torch.zeros_like(att_c)
-        cand = (1.0 - w) * att_c + w * ctc_c + config.penalty
-        is_eos = ids == eos
-        rows_utt = torch.arange(n, device=device) // k
-        refuse = (ids == blank) & (blank != eos)
-        if pad is not None:
-            refuse |= ids == pad
-        refuse |= is_eos & (i < minlen)[rows_utt, None]
-        at_end = (i >= maxlen)[rows_utt]  # (n,) bool: only eos is left
+        total = self.score[:, None] + ((1.0 - w) * att_c + w * ctc_c + self.config.penalty)
+        return _Candidates(ids, att, att_c, ctc_c, psi, total, extra_eos)
+
+    def _refuse(self, cand: _Candidates) -> None:
+        """Phase 2: the rules, as ``-inf`` in ``cand.total``: blank and pad are never emitted; ``eos`` not
+        before the minimum length; only ``eos`` at the maximum length or once the CTC end gate says the
+        input is used up -- such a hypothesis ends at once, outside the beam (:meth:`_finish`)."""
+        ids, i, n = cand.ids, self.i, self.score.numel()
+        is_eos = ids == self.eos
+        rows_utt = torch.arange(n, device=self.device) // self.k
+        refuse = (ids == self.blank) & (self.blank != self.eos)
+        if self.pad is not None:
+            refuse |= ids == self.pad
+        refuse |= is_eos & (i < self.minlen)[rows_utt, None]
+        at_end = (i >= self.maxlen)[rows_utt]  # (n,) bool: only eos is left
         used_up = None
-        if gate:  # the CTC end gate: log p_ctc(g) - log psi(g) (eos's CTC score) says the input is used up
-            end_logp = ctc_c.masked_fill(~is_eos, NEG_INF).amax(dim=1)
-            used_up = (end_logp >= log_end_prob) & (i >= minlen)[rows_utt] & score.isfinite()
+        if self.gate:  # CTC end gate: log p_ctc(g) - log psi(g) (eos's CTC score) says the input is used up
+            end_logp = cand.ctc_c.masked_fill(~is_eos, NEG_INF).amax(dim=1)
+            used_up = (end_logp >= self.log_end_prob) & (i >= self.minlen)[rows_utt] & self.score.isfinite()
             at_end = at_end | used_up
         refuse |= ~is_eos & at_end[:, None]
-        refuse |= ~score.isfinite()[:, None]
-        if extra_eos is not None:
-            refuse[:, -1] |= extra_eos
-            if config.pre_beam == "espnet_nonbatch":  # eos outside the pre-beam only where only eos is left
+        refuse |= ~self.score.isfinite()[:, None]
+        if cand.extra_eos is not None:
+            refuse[:, -1] |= cand.extra_eos
+            if self.config.pre_beam == "espnet_nonbatch":  # eos outside the pre-beam only at the end
                 refuse[:, -1] |= ~at_end
-        total = (score[:, None] + cand).masked_fill(refuse, NEG_INF)
+        cand.total = cand.total.masked_fill(refuse, NEG_INF)
         if used_up is not None and bool(used_up.any()):
             # a hypothesis that CTC says is complete ends now, outside the beam: its eos, which pays the
             # decoder's eos score at once, must not compete for a slot with extensions that pay it later
             rows = used_up.nonzero().squeeze(1)
-            eos_total = total[rows].masked_fill(~is_eos[rows], NEG_INF).amax(dim=1)
-            finish(rows, eos_total, att_cum[rows] + att[rows, eos], ctc_cum[rows] + end_logp[rows],
-                   yseq[rows, 1:])
-            total[rows] = NEG_INF
+            eos_total = cand.total[rows].masked_fill(~is_eos[rows], NEG_INF).amax(dim=1)
+            self._finish(rows, eos_total, self.att_cum[rows] + cand.att[rows, self.eos],
+                         self.ctc_cum[rows] + end_logp[rows], self.yseq[rows, 1:])
+            cand.total[rows] = NEG_INF
 
-        c = total.size(1)
-        top, idx = total.view(b, k * c).topk(k, dim=1)
-        parent = (idx // c + torch.arange(b, device=device)[:, None] * k).view(-1)
+    def _select(self, cand: _Candidates) -> None:
+        """Phase 3: the ``beam_size`` best extensions per utterance become the running hypotheses; those
+        ending in ``eos`` move to the ended ones; the decoder and CTC states follow the kept rows."""
+        b, k = self.utt_ids.numel(), self.k
+        c = cand.total.size(1)
+        top, idx = cand.total.view(b, k * c).topk(k, dim=1)
+        parent = (idx // c + torch.arange(b, device=self.device)[:, None] * k).view(-1)
         col = (idx % c).view(-1)
-        token = ids[parent, col]
-        score = top.view(-1)
-        att_cum = att_cum[parent] + att_c[parent, col]
-        ctc_cum = ctc_cum[parent] + ctc_c[parent, col]
-        yseq = torch.cat([yseq[parent], token[:, None]], dim=1)
-
-        done_rows = (token == eos) & score.isfinite()
+        token = cand.ids[parent, col]
+        self.score = top.view(-1)
+        self.att_cum = self.att_cum[parent] + cand.att_c[parent, col]
+        self.ctc_cum = self.ctc_cum[parent] + cand.ctc_c[parent, col]
+        self.yseq = torch.cat([self.yseq[parent], token[:, None]], dim=1)
+        done_rows = (token == self.eos) & self.score.isfinite()
         if bool(done_rows.any()):
             rows = done_rows.nonzero().squeeze(1)
-            finish(rows, score[rows], att_cum[rows], ctc_cum[rows], yseq[rows, 1:-1])
-        score = score.masked_fill(token == eos, NEG_INF)
-        if use_att:
-            dec_state = dec_state.select(parent)
-        if use_ctc:
-            ctc_state = ctc.extend(ctc_state, parent, token, psi[parent, col])
+            self._finish(rows, self.score[rows], self.att_cum[rows], self.ctc_cum[rows],
+                         self.yseq[rows, 1:-1])
+        self.score = self.score.masked_fill(token == self.eos, NEG_INF)
+        if self.use_att:
+            self.dec_state = self.dec_state.select(parent)
+        if self.use_ctc:
+            self.ctc_state = self.ctc.extend(self.ctc_state, parent, token, cand.psi[parent, col])
 
-        done = ~score.view(b, k).isfinite().any(dim=1) | (i >= maxlen)
-        if config.maxlenratio == 0:
-            done |= _end_detect(best_by_len, i)
-        i += 1
-        if bool(done.any()):
-            keep = (~done).nonzero().squeeze(1)
-            rows = (keep[:, None] * k + torch.arange(k, device=device)).view(-1)
-            score, att_cum, ctc_cum, yseq = score[rows], att_cum[rows], ctc_cum[rows], yseq[rows]
-            utt_ids, maxlen, minlen, best_by_len = (
-                utt_ids[keep],
-                maxlen[keep],
-                minlen[keep],
-                best_by_len[keep],
-            )
-            if use_att:
-                dec_state = dec_state.select(rows, keep)
-            if use_ctc:
-                ctc, ctc_state = ctc.select(keep), ctc_state.select(rows)
+    def _prune(self) -> None:
+        """Phase 4: utterances with no running hypothesis, at their maximum length or (``maxlenratio == 0``)
+        stopped by ESPnet's end detection leave the batch, with their rows of every state."""
+        b, k, i = self.utt_ids.numel(), self.k, self.i
+        done = ~self.score.view(b, k).isfinite().any(dim=1) | (i >= self.maxlen)
+        if self.config.maxlenratio == 0:
+            done |= _end_detect(self.best_by_len, i)
+        self.i += 1
+        if not bool(done.any()):
+            return
+        keep = (~done).nonzero().squeeze(1)
+        rows = (keep[:, None] * k + torch.arange(k, device=self.device)).view(-1)
+        self.score, self.att_cum = self.score[rows], self.att_cum[rows]
+        self.ctc_cum, self.yseq = self.ctc_cum[rows], self.yseq[rows]
+        self.utt_ids, self.maxlen, self.minlen = self.utt_ids[keep], self.maxlen[keep], self.minlen[keep]
+        self.best_by_len = self.best_by_len[keep]
+        if self.use_att:
+            self.dec_state = self.dec_state.select(rows, keep)
+        if self.use_ctc:
+            self.ctc, self.ctc_state = self.ctc.select(keep), self.ctc_state.select(rows)
 
-    results = []
-    for u, hyps in enumerate(ended):
-        if not hyps:
-            warnings.warn(
-                f"beam search: utterance {u} of the batch ended with no finite-score hypothesis",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        results.append(sorted(hyps, key=lambda h: -h.score)[: config.nbest])
-    return results
+    def _finish(self, rows: Tensor, s: Tensor, a: Tensor, cs: Tensor, seqs: Tensor) -> None:
+        """Hypotheses ``seqs`` (``(R, i)``, sos and eos left out) of rows ``rows`` ended at this step with
+        total, attention and CTC scores ``s``, ``a``, ``cs`` (``(R,)`` each); impossible ones are left out."""
+        ok = s.isfinite()
+        rows, s, a, cs, seqs = rows[ok], s[ok], a[ok], cs[ok], seqs[ok]
+        self.best_by_len[:, self.i].scatter_reduce_(0, rows // self.k, s, reduce="amax")
+        utts = self.utt_ids[rows // self.k].tolist()
+        for u, *hyp in zip(utts, seqs.tolist(), s.tolist(), a.tolist(), cs.tolist()):
+            self.ended[u].append(Hypothesis(*hyp))
+
+    def _results(self) -> list[list[Hypothesis]]:
+        """Up to ``nbest`` ended hypotheses per utterance, best first (warns for an utterance with none)."""
+        results = []
+        for u, hyps in enumerate(self.ended):
+            if not hyps:
+                warnings.warn(
+                    f"beam search: utterance {u} of the batch ended with no finite-score hypothesis",
+                    RuntimeWarning,
+                    stacklevel=4,  # the caller of batch_beam_search
+                )
+            results.append(sorted(hyps, key=lambda h: -h.score)[: self.config.nbest])
+        return results
 
 
 def ctc_greedy_decode(logp: Tensor, lengths: Tensor, blank: int = 0) -> list[list[int]]:
