@@ -16,6 +16,7 @@ def files(tmp_path):
     (tmp_path / "badkey.yaml").write_text("max_epoch: 2\nlrr: 0.1\n")
     (tmp_path / "badtype.yaml").write_text('lr: "abc"\n')
     (tmp_path / "badbool.yaml").write_text("use_amp: yes\n")
+    (tmp_path / "empty.yaml").write_text("")
     return tmp_path
 
 
@@ -43,6 +44,8 @@ TRAIN = ["--train-data", "x", "--valid-data", "y", "--exp-dir", "{d}/exp", "--bp
         ("train", ["--config", "{d}/badbool.yaml", *TRAIN], 2, "avsr-train",
          "use_amp: expected true or false"),
         ("train", ["--config", "avsr_synthgrid_cpu", *TRAIN], 1, "avsr-train", "b.model"),
+        ("train", ["--config", "{d}/empty.yaml", *TRAIN], 2, "avsr-train",
+         "empty.yaml: no model section: encoder_conf is missing"),
         ("decode", ["--exp-dir", "{d}/nope", "--data", "{d}", "--decode-config", "default", "--out", "{d}/o"],
          1, "avsr-decode", "nope"),
         ("decode", ["--checkpoint", "{d}/garbage.pt", "--data", "{d}", "--decode-config", "defautl", "--out",
