@@ -300,6 +300,23 @@ def test_the_decoding_stage_reports_bad_utterances_and_guards_its_results(env, t
     args = ["--exp-dir", str(env["exp"]), "--data", str(tmp_path / "data"), "--test-set", "t",
             "--decode-config", str(decode_yaml), "--modalities", "audiovisual",
             "--out", str(tmp_path / "dec"), "--noise-file", str(env["noise"]), "--snrs", "0"]
+    # a missing media file: refused before anything is decoded, the utterance and the file named
+    capsys.readouterr()
+    assert decode(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("avsr-decode: error: "), err
+    assert "video.scp: utterance 'spk-gone'" in err and "gone.mp4: no such file" in err, err
+    assert not list((tmp_path / "dec").glob("t/*/*/hyp"))
+    # ... also where only the audio is missing but video-only decoding reads it for the training edges
+    (tmp_path / "gone.mp4").write_bytes(env["utts"][0][0].read_bytes())
+    (tmp_path / "data/wav.scp").write_text((tmp_path / "data/wav.scp").read_text().replace(
+        str(env["utts"][0][1]), str(tmp_path / "gone.wav")))
+    assert decode([*args[:9], "video", *args[10:], "--edge-frames", "5,4"]) == 1
+    assert "wav.scp: utterance 'spk-gone'" in capsys.readouterr().err
+    # a file that exists but cannot be decoded: listed in failed, scored as all errors
+    (tmp_path / "data/wav.scp").write_text((tmp_path / "data/wav.scp").read_text().replace(
+        str(tmp_path / "gone.wav"), str(env["utts"][0][1])))
+    (tmp_path / "gone.mp4").write_bytes(b"not a video")
     assert decode(args) == 0
     clean = tmp_path / "dec/t/audiovisual/clean"
     failed = (clean / "failed").read_text()
