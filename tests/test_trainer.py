@@ -430,3 +430,50 @@ def test_av_batch_views_need_an_encoder_that_runs_the_video_front_end_alone(setu
     with pytest.raises(ConfigError, match="av_batch_views.*encode_video.*Foreign"):
         AVSRModel(tok.vocab_size, encoder=Foreign(), av_batch_views=["audiovisual", "video"])
     assert AVSRModel(tok.vocab_size, encoder=Foreign()).conf.av_batch_views == ("audiovisual",)
+
+
+class _FrameRegression(torch.nn.Module):
+    """A deterministic model (no dropout) for the trainer's loop: the loss of a batch is the mean over its
+    utterances of the mean over their frames of (w . x_t + b)^2 (``audio`` (B, 104, T), ``lengths`` (B,))."""
+
+    batch_keys = ("audio", "lengths")
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(104, 1)
+        self.seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def forward(self, audio, lengths):
+        self.seen.append((audio.detach().clone(), lengths.clone()))
+        mask = (torch.arange(audio.shape[-1])[None, :] < lengths[:, None]).float()
+        per_frame = self.proj(audio.transpose(1, 2)).squeeze(-1).pow(2) * mask
+        loss = (per_frame.sum(1) / lengths).mean()
+        return loss, {"loss": loss.detach()}
+
+
+def test_accumulated_half_batches_give_the_gradient_of_the_full_batch(setup, tmp_path):
+    tok, utts = setup
+    same = [dataclasses.replace(u, num_frames=8) for u in utts[2:6]]  # 4 utterances of 8 frames ...
+    for u in same:
+        write_wav(tmp_path / f"{u.utt_id}.wav", read_wav(u.wav)[: 8 * 640])
+    same = [dataclasses.replace(u, wav=str(tmp_path / f"{u.utt_id}.wav"), video=None) for u in same]
+    torch.manual_seed(0)
+    model = _FrameRegression()
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = TrainConfig(max_epoch=1, batch_frames=16, max_batch_size=2, accum_grad=2, grad_clip=0.0, lr=1e-3,
+                      warmup_steps=0, noise_prob=0.0, log_interval=1)  # ... in 2 batches of 2: one step
+    trainer = Trainer(model, {}, AVDataset(same, tok, modalities=("audio",), train=True),
+                      AVDataset(same[:1], tok, modalities=("audio",)), cfg, tmp_path / "exp")
+    grads = []  # the gradient each optimiser step sees
+    trainer.optimizer.register_step_pre_hook(
+        lambda *_: grads.append({n: p.grad.clone() for n, p in model.named_parameters()}))
+    trainer.train_epoch()
+    assert trainer.step == 1 and len(grads) == 1 and [int(n.numel()) for _, n in model.seen] == [2, 2]
+    # the full batch: the two half-batches as one, from the same starting weights
+    full = _FrameRegression()
+    full.load_state_dict(start)
+    audio = torch.cat([a for a, _ in model.seen])
+    lengths = torch.cat([n for _, n in model.seen])
+    full(audio, lengths)[0].backward()
+    for name, p in full.named_parameters():
+        torch.testing.assert_close(grads[0][name], p.grad, msg=name)
