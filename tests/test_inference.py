@@ -336,6 +336,22 @@ def test_the_decoding_stage_reports_bad_utterances_and_guards_its_results(env, t
     assert decode([*args, "--overwrite"]) == 0 and (clean / "hyp").stat().st_mtime_ns != before
 
 
+@pytest.mark.parametrize("pause", [(40, 41), (40, 43), (39, 42)], ids=["one_frame", "from_there", "around"])
+def test_pause_cuts_take_a_pause_right_at_max_frames(pause):
+    from avsr.inference import pause_cuts
+
+    max_frames = 40
+    activity = torch.full((100,), 50.0)
+    activity[pause[0] : pause[1]] = -40.0  # its smoothed minimum at frame 40 or 41
+    cuts = pause_cuts(activity, max_frames)
+    assert cuts[0] == max_frames  # a first piece of exactly max_frames frames, cut in the pause
+    bounds = [0, *cuts, 100]
+    assert all(0 < b - a <= max_frames for a, b in zip(bounds[:-1], bounds[1:]))
+    # at the limit itself nothing is cut; one frame more is
+    assert pause_cuts(activity[:max_frames], max_frames) == []
+    assert pause_cuts(activity[: max_frames + 1], max_frames) == [max_frames]
+
+
 def test_pause_cuts_cut_in_the_quietest_stretch_within_the_limit():
     from avsr.inference import pause_cuts
 
