@@ -527,6 +527,38 @@ def test_each_piece_of_a_long_input_gets_the_edges_of_its_own(env):
     assert times == sorted(times) and 0 <= times[0] and times[-1] <= t / 25
 
 
+def test_video_only_calls_give_the_decoding_stages_hypotheses_given_the_audio_for_the_edges(
+        env, tmp_path, caplog):
+    from avsr.bin.decode import main as decode
+    from avsr.data.datadir import Utterance, write_datadir
+    from avsr.data.media import write_video as write_mp4
+
+    utts = []
+    for i, (before, after) in enumerate([(9, 1), (0, 8)]):  # silent frames to cut, to add
+        frames, wav = _edged(env, before, after, utt=i)
+        write_wav(tmp_path / f"e{i}.wav", wav)
+        write_mp4(tmp_path / f"e{i}.mp4", frames.numpy())
+        utts.append(Utterance(f"spk-e{i}", "spk", wav=str(tmp_path / f"e{i}.wav"),
+                              video=str(tmp_path / f"e{i}.mp4"), text="BIN BLUE AT F TWO NOW"))
+    write_datadir(tmp_path / "data", utts)
+    decode_yaml = tmp_path / "decode.yaml"
+    decode_yaml.write_text(yaml.safe_dump(DECODE))
+    assert decode(["--exp-dir", str(env["exp"]), "--data", str(tmp_path / "data"), "--test-set", "t",
+                   "--decode-config", str(decode_yaml), "--modalities", "video", "--edge-frames", "5,4",
+                   "--average-nbest", "1", "--out", str(tmp_path / "dec")]) == 0
+    lines = (tmp_path / "dec/t/video/clean/hyp").read_text().splitlines()
+    stage = {k: v for k, _, v in (line.partition(" ") for line in lines)}
+    on = Transcriber(env["models"][1], env["tokenizer"], DECODE, edge_frames=(5, 4))  # the best epoch's
+    for u in utts:  # the audio given too: it places the edges, as the stage's wav.scp does
+        assert on(video=u.video, audio=u.wav, modality="video", key=u.utt_id).text == stage[u.utt_id]
+    caplog.clear()
+    alone = on(video=utts[0].video, key=utts[0].utt_id)  # the video alone: edges kept, and said so
+    assert alone.info["edges_note"].startswith("no audio") and "edges_changed_frames" not in alone.info
+    assert "without audio (the first: spk-e0)" in caplog.text
+    assert alone.text == _transcriber(env, 1)(video=utts[0].video).text  # as decoded with the edges off
+    assert alone.text != stage["spk-e0"]  # which is why the two paths differ without the audio
+
+
 def test_the_decoding_stage_gives_the_training_edges_and_decodes_video_in_every_condition(env, tmp_path):
     from avsr.bin.decode import main as decode
     from avsr.data.datadir import Utterance, write_datadir
