@@ -24,8 +24,8 @@ From the raw media on, everything is the recipe's: AV-HuBERT's stacked log filte
 0.421 and std 0.165, noise mixed at an SNR with the segment chosen by the utterance's key (as the recipe's
 test conditions), the silence before and after the speech brought into the range of the model's training
 audio where the audio shows it (``edge_frames``), length-bucketed batches, and
-:meth:`avsr.models.asr.AVSRModel.decode_with_ctc` (for audio-visual input of a model with an audio gate:
-the fused input's and the video-only view's searches, ranked with the single-stream views' scores,
+:class:`avsr.decode.searcher.Searcher` (for audio-visual input of a model with an audio gate: the fused
+input's and the video-only view's searches, ranked with the single-stream views' scores,
 ``DecodeConfig.video_weight`` and ``audio_weight``).
 """
 
@@ -62,7 +62,8 @@ from avsr.data.media import (
 from avsr.data.noise import NoiseSource
 from avsr.data.tokenizer import Tokenizer
 from avsr.decode.align import AlignmentError, WordTiming, word_timings
-from avsr.decode.beam_search import DecodeConfig
+from avsr.decode.config import DecodeConfig, FairseqConfig, SearchConfig, load_decode_config
+from avsr.decode.searcher import Searcher
 from avsr.features import (
     SAMPLES_PER_FRAME,
     avhubert_audio_features,
@@ -359,9 +360,9 @@ def model_edge_frames(source: PathLike, average_nbest: int = 5) -> EdgeRanges | 
 
 
 def model_view_weights(source: PathLike, average_nbest: int = 5) -> tuple[float, float]:
-    """The ``(video_weight, audio_weight)`` that a search config leaving them None gives this model
-    (:meth:`avsr.models.AVSRModel.default_view_weights`: (2.5, 0.75) with an audio gate, else (0, 0)), read
-    from the checkpoint's model configuration without building the model. ``source`` as
+    """The ``(video_weight, audio_weight)`` that a search config leaving them None gives this model: its
+    ``decode_defaults`` (:class:`avsr.decode.searcher.Searcher`), else 0, read from the checkpoint's model
+    configuration without building the model. ``source`` as
     :meth:`Transcriber.from_pretrained`.
 
     Raises:
@@ -387,8 +388,9 @@ def model_defaults(source: PathLike, average_nbest: int = 5
         stats, config = loaded.data_stats or {}, loaded.model_config
     else:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
-    gated = bool(((config or {}).get("encoder_conf") or {}).get("audio_gate"))
-    return _stats_edges(stats), AVSRModel.default_view_weights_of(gated)
+    defaults = (config or {}).get("decode_defaults") or {}
+    weights = (float(defaults.get("video_weight") or 0.0), float(defaults.get("audio_weight") or 0.0))
+    return _stats_edges(stats), weights
 
 
 def _stats_edges(stats: Mapping[str, Any]) -> EdgeRanges | None:
@@ -429,9 +431,18 @@ class Transcriber:
             RESULTS.md, "Silence at the edges"). The edges are found in the audio as decoded (noise mixed
             in; for a video-only decode, the item's audio with the same noise, read only for this); audio
             whose quietest frame is less than 40 dB below its loudest (noise under the whole recording)
-            and video-only items without audio keep theirs (``info["edges_note"]``). The change made is
-            ``info["edges_changed_frames"]``; ``num_frames`` and word timings stay those of the input. None:
-            inputs as given.
+            and video-only items without audio keep theirs (``info["edges_note"]``, and one log line per
+            call). The change made is ``info["edges_changed_frames"]``; ``num_frames`` and word timings stay
+            those of the input. None: inputs as given.
+
+            Video-only input and the recipe's decoding stage: ``avsr.bin.decode`` gives every utterance its
+            ``wav.scp`` audio, so its video-only hypotheses are those of a call given the audio as well,
+            ``transcriber(video=mp4, audio=wav, modality="video")`` (the audio then only places the edges,
+            the model sees the video alone). A call given the video alone cannot find the edges and decodes
+            the video as recorded: its hypotheses differ from the stage's wherever the stage changes the
+            edges (9 of 12 utterances with random silent edges, for a tiny random model). Both agree when
+            the edges are off (``edge_frames=None``, the stage's ``--edge-frames off``), or for a model
+            whose checkpoint records no edges.
         narrowband_trained: whether the model was trained with the 8 kHz channel (the checkpoint's
             ``data_stats["narrowband_prob"]`` > 0, see :meth:`from_pretrained`; a training corpus that is
             band-limited itself, such as SynthGRID's many-voice corpus, is not known here). When False,
@@ -449,7 +460,7 @@ class Transcriber:
         self,
         model: AVSRModel,
         tokenizer: Tokenizer | FairseqTokenizer,
-        decode_config: DecodeConfig | Mapping[str, Any] | PathLike | None = None,
+        decode_config: SearchConfig | Mapping[str, Any] | PathLike | None = None,
         device: str | torch.device = "cpu",
         precision: str = "fp32",
         batch_frames: int = 3000,
@@ -472,15 +483,16 @@ class Transcriber:
         self.precision = resolve_precision(precision, self.device)
         self.batch_frames = int(batch_frames)
         self.config = self._decode_config(decode_config)
+        self.searcher = Searcher(self.model, self.config)  # the search and the ranking with the views
         self._upper = isinstance(tokenizer, FairseqTokenizer)
         token_list = model.token_list if model.token_list is not None else tokenizer.token_list
         self._token_list = list(token_list)
 
-    def _decode_config(self, config: DecodeConfig | Mapping[str, Any] | PathLike | None) -> DecodeConfig:
-        if isinstance(config, DecodeConfig):
+    def _decode_config(self, config: SearchConfig | Mapping[str, Any] | PathLike | None) -> SearchConfig:
+        if isinstance(config, (DecodeConfig, FairseqConfig)):
             return config
         if isinstance(config, (str, os.PathLike)):
-            return DecodeConfig.from_yaml(config)
+            return load_decode_config(config)
         return self.model.search_config(None, **dict(config or {}))
 
     # --- loading ---------------------------------------------------------------------------------------
@@ -492,7 +504,7 @@ class Transcriber:
         *,
         bpemodel: PathLike | None = None,
         device: str | torch.device = "cpu",
-        decode_config: DecodeConfig | Mapping[str, Any] | PathLike | None = None,
+        decode_config: SearchConfig | Mapping[str, Any] | PathLike | None = None,
         average_nbest: int = 5,
         precision: str = "fp32",
         batch_frames: int = 3000,
@@ -670,6 +682,11 @@ class Transcriber:
         bar.close()
         out = [r for r in results if r is not None]
         self._warn_low_rate(out)
+        kept = [r.key for r in out if r.info.get("edges_note", "").startswith("no audio")]
+        if kept:
+            logger.warning("%d video-only input(s) without audio (the first: %s) keep their silent edges: "
+                           "give the audio too (modality='video') to decode them as the recipe's decoding "
+                           "stage does", len(kept), kept[0])
         failed = [r for r in out if not r.ok]
         for r in failed:
             logger.warning("%s: %s", r.key, r.error)
@@ -1081,8 +1098,8 @@ class Transcriber:
                 if len(read) < len(units):  # some (or all) videos of the batch were cached
                     cached = [video_cache[k].transpose(0, 1) for k in keys]  # (T, D) each
                     video_features = pad_sequence(cached, batch_first=True).transpose(1, 2).to(self.device)
-            hyps, ctc_logp, enc_lens = self.model.decode_with_ctc(
-                audio, None if video_features is not None else video, lengths, self.config, video_features)
+            hyps, ctc_logp, enc_lens = self.searcher.decode(
+                audio, None if video_features is not None else video, lengths, video_features)
         out = []
         for j, m in enumerate(units):
             best = hyps[j][0] if hyps[j] else None

@@ -236,7 +236,7 @@ def check_configs() -> None:
     import torch
 
     from avsr.config import CONFIG_KINDS, TRAIN_KINDS, config_path, load_yaml, shipped_configs
-    from avsr.decode.beam_search import DecodeConfig
+    from avsr.decode.config import DecodeConfig
     from avsr.encoder import AVHubertEncoder
     from avsr.models.asr import AVSRModel
     from avsr.models.pretrain import AVHubertPretrainModel

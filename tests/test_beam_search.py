@@ -11,6 +11,7 @@ from avsr.config import ConfigError
 from avsr.decode import (
     CTCPrefixScorer,
     DecodeConfig,
+    FairseqConfig,
     batch_beam_search,
     ctc_expected_label_count,
     ctc_greedy_decode,
@@ -666,3 +667,67 @@ def test_model_with_a_looping_decoder_decodes_silence_as_nothing():
     model.decoder.output_projection = proj
     audio = torch.randn(2, 104, 75)  # 3 s
     assert model.decode(audio, None, torch.tensor([75, 50])) == [[], []]
+
+class _PrefixDecoder:
+    """A stand-in for the attention decoder of :func:`fairseq_beam_search`: the next token's probabilities are
+    a table over the hypothesis' tokens so far (``PREFIX_PROBS``); any other prefix continues with ``C``."""
+
+    EOS, A, B, C = 0, 1, 2, 3
+    vocab_size = 4
+
+    class cfg:  # noqa: N801 - the attribute the search reads
+        max_target_positions = 1024
+
+    class State:
+        def __init__(self, prefixes):
+            self.prefixes, self.started = prefixes, False
+
+        def select(self, rows, utts=None):
+            self.prefixes = [self.prefixes[i] for i in rows.tolist()]
+            return self
+
+    def __init__(self, table):
+        self.table = table
+
+    def init_state(self, memory, mask, group=1):
+        return self.State([()] * (memory.shape[0] * group))
+
+    def step(self, tokens, state):
+        if state.started:  # the first input is </s>, not part of the hypothesis
+            state.prefixes = [p + (t,) for p, t in zip(state.prefixes, tokens.tolist())]
+        state.started = True
+        rows = [[self.table.get(p, {self.C: 0.999, self.EOS: 0.001}).get(t, 1e-9) for t in range(4)]
+                for p in state.prefixes]
+        return torch.tensor(rows).log(), state
+
+
+def test_fairseq_search_normalises_finished_scores_by_length_to_the_lenpen():
+    """A short hypothesis (A </s>, 2 tokens, log p -1.20) against a long one (B B B </s>, 4 tokens, log p
+    -1.41): the sum of log-probabilities prefers the short one, the mean per token the long one."""
+    from avsr.decode.fairseq_search import fairseq_beam_search
+
+    E, A, B, C = _PrefixDecoder.EOS, _PrefixDecoder.A, _PrefixDecoder.B, _PrefixDecoder.C
+    table = {(): {A: 0.6, B: 0.4}, (A,): {E: 0.5, C: 0.5}, (B,): {B: 0.8, E: 0.2}, (B, B): {B: 0.8, E: 0.2},
+             (B, B, B): {E: 0.95, B: 0.05}}
+    short, long = math.log(0.6) + math.log(0.5), math.log(0.4) + 2 * math.log(0.8) + math.log(0.95)
+    memory, lens = torch.zeros(1, 5, 4), torch.tensor([5])
+
+    def search(**options):
+        cfg = FairseqConfig(ctc_weight=0.0, beam_size=2, nbest=2, max_len_a=0.0,
+                           max_len_b=8, **options)
+        (hyps,) = fairseq_beam_search(memory, lens, cfg, decoder=_PrefixDecoder(table), eos=E)
+        return hyps
+
+    for lenpen in (0.0, 0.5, 1.0, 2.0):
+        hyps = search(lenpen=lenpen)
+        assert sorted(tuple(h.tokens) for h in hyps) == [(A,), (B, B, B)]
+        for h in hyps:  # score = sum of log-probabilities / (tokens + </s>) ** lenpen
+            raw = short if h.tokens == [A] else long
+            assert h.att_score == pytest.approx(raw, abs=1e-5)
+            assert h.score == pytest.approx(raw / (len(h.tokens) + 1) ** lenpen, abs=1e-5)
+        best = hyps[0].tokens
+        # the ranking flips where short / 2 ** lenpen = long / 4 ** lenpen: lenpen = log2(long / short)
+        assert best == ([A] if lenpen < math.log2(long / short) else [B, B, B]), (lenpen, hyps)
+    unnormalised = search(lenpen=2.0, normalize_scores=False)
+    assert [h.tokens for h in unnormalised] == [[A], [B, B, B]]
+    assert [h.score for h in unnormalised] == pytest.approx([short, long], abs=1e-5)

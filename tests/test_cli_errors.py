@@ -16,6 +16,7 @@ def files(tmp_path):
     (tmp_path / "badkey.yaml").write_text("max_epoch: 2\nlrr: 0.1\n")
     (tmp_path / "badtype.yaml").write_text('lr: "abc"\n')
     (tmp_path / "badbool.yaml").write_text("use_amp: yes\n")
+    (tmp_path / "empty.yaml").write_text("")
     return tmp_path
 
 
@@ -43,6 +44,8 @@ TRAIN = ["--train-data", "x", "--valid-data", "y", "--exp-dir", "{d}/exp", "--bp
         ("train", ["--config", "{d}/badbool.yaml", *TRAIN], 2, "avsr-train",
          "use_amp: expected true or false"),
         ("train", ["--config", "avsr_synthgrid_cpu", *TRAIN], 1, "avsr-train", "b.model"),
+        ("train", ["--config", "{d}/empty.yaml", *TRAIN], 2, "avsr-train",
+         "empty.yaml: no model section: encoder_conf is missing"),
         ("decode", ["--exp-dir", "{d}/nope", "--data", "{d}", "--decode-config", "default", "--out", "{d}/o"],
          1, "avsr-decode", "nope"),
         ("decode", ["--checkpoint", "{d}/garbage.pt", "--data", "{d}", "--decode-config", "defautl", "--out",
@@ -131,3 +134,21 @@ def test_stale_temporary_files_are_removed(tmp_path):
     other.write_text("not ours")
     assert remove_stale_tmp(tmp_path) == [stale]
     assert not stale.exists() and mine.exists() and other.exists()
+
+
+def test_training_refuses_a_transcript_the_tokenizer_cannot_encode(tmp_path, capsys):
+    from avsr.data.datadir import Utterance, write_datadir
+    from avsr.data.tokenizer import train_sentencepiece
+
+    model = train_sentencepiece(["BIN BLUE AT A ONE NOW", "LAY RED BY B TWO SOON"] * 20, tmp_path / "bpe", 20)
+    good = [Utterance(f"s-{i}", "s", wav=str(tmp_path / f"{i}.wav"), text="BIN BLUE AT A ONE NOW")
+            for i in range(3)]
+    write_datadir(tmp_path / "train", good)
+    bad = Utterance("s-9", "s", wav="x.wav", text="LAY R\u00c9D NOW")
+    write_datadir(tmp_path / "valid", [*good[:2], bad])
+    argv = ["--config", "avsr_synthgrid_cpu", "--train-data", str(tmp_path / "train"), "--valid-data",
+            str(tmp_path / "valid"), "--bpemodel", str(model), "--exp-dir", str(tmp_path / "exp")]
+    status, line = _run(capsys, "train", argv)
+    assert status == 1 and line.startswith("avsr-train: error: "), line
+    assert f"{tmp_path / 'valid' / 'text'}: utterance 's-9': characters the tokenizer" in line, line
+    assert "'\u00c9' (U+00C9)" in line and "<unk>" in line, line

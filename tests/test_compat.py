@@ -25,7 +25,7 @@ from avsr.compat import (
     UnsupportedConfigError,
     read_checkpoint,
 )
-from avsr.decode.beam_search import DecodeConfig
+from avsr.decode.config import DecodeConfig, FairseqConfig
 from avsr.encoder import AVHubertEncoder
 from avsr.models.asr import AVSRModel
 from tests import fairseq_reference as ref
@@ -249,7 +249,7 @@ def test_fairseq_search_reproduces_the_original_generator(tmp_path, beam, lenpen
     audio, video, pad = inputs(3)
     audio = audio if modality in ("av", "audio") else None
     video = video if modality in ("av", "video") else None
-    cfg = DecodeConfig(search="fairseq", ctc_weight=0.0, beam_size=beam, nbest=beam, lenpen=lenpen,
+    cfg = FairseqConfig(ctc_weight=0.0, beam_size=beam, nbest=beam, lenpen=lenpen,
                        max_len_a=0.05 if audio is not None else 0.5, max_len_b=1, unkpen=0.5)
     ours, want = _generate_both(model, sd, mcfg, pcfg, audio, video, pad, cfg)
     lengths = set()
@@ -267,12 +267,12 @@ def test_fairseq_search_reproduces_the_original_generator(tmp_path, beam, lenpen
 
 def test_fairseq_search_requires_attention_only_and_checks_lengths(tmp_path):
     with pytest.raises(ValueError, match="ctc_weight"):
-        DecodeConfig(search="fairseq")
+        FairseqConfig(ctc_weight=0.3)
     path, *_ = finetune_ckpt(tmp_path)
     model = AVSRModel.from_pretrained(path)
     audio, video, _ = inputs()
     with pytest.raises(ValueError, match="min_len"):
-        cfg = DecodeConfig(search="fairseq", ctc_weight=0.0, max_len_b=0, min_len=1)
+        cfg = FairseqConfig(ctc_weight=0.0, max_len_b=0, min_len=1)
         model.decode(audio, video, LENS, cfg)
 
 
@@ -349,7 +349,7 @@ def test_convert_cli_writes_checkpoint_and_yaml(tmp_path, capsys):
     assert set(ckpt) >= {"model", "model_config"} and ckpt["model_config"] == conf
     a, b = AVSRModel.from_pretrained(src), AVSRModel.from_pretrained(tmp_path / "out" / "model.pt")
     audio, video, _ = inputs(5)
-    cfg = DecodeConfig(search="fairseq", ctc_weight=0.0, beam_size=3, max_len_a=0.05, max_len_b=2)
+    cfg = FairseqConfig(ctc_weight=0.0, beam_size=3, max_len_a=0.05, max_len_b=2)
     assert a.decode(audio, video, LENS, cfg) == b.decode(audio, video, LENS, cfg)
     assert AVSRModel.from_yaml(tmp_path / "out" / "model.yaml").decoder.position_offset == 2
     # a pretraining checkpoint converts to an encoder alone

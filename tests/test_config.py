@@ -42,7 +42,7 @@ CLASSES = _config_classes()
 def test_the_yaml_read_config_classes_are_all_walked():
     names = {c.__name__ for c in CLASSES}
     assert {"AVHubertEncoderConfig", "TransformerDecoderConfig", "AVSRModelConfig", "AVHubertPretrainConfig",
-            "DecodeConfig", "TrainConfig", "KMeansConfig"} <= names
+            "DecodeConfig", "FairseqConfig", "TrainConfig", "KMeansConfig"} <= names
 
 
 def _wrong_values(tp) -> list:
@@ -87,7 +87,8 @@ def test_yaml_numbers_and_booleans_follow_yaml_1_2(tmp_path):
     assert parse_yaml("a: 3e-3\nb: 1e4\nc: yes\nd: true\ne: 5\nf: .5") == {
         "a": 0.003, "b": 10000.0, "c": "yes", "d": True, "e": 5, "f": 0.5}
     path = tmp_path / "train.yaml"
-    path.write_text("lr: 3e-3\nwarmup_steps: 1e3\nnoise_snr_db: [0, 5]\nbetas: [0.9, 0.98]\n")
+    path.write_text("lr: 3e-3\nwarmup_steps: 1e3\nnoise_snr_db: [0, 5]\nbetas: [0.9, 0.98]\n"
+                    "encoder_conf: {encoder_layers: 1}\n")
     cfg, _ = load_train_config(path)
     assert cfg.lr == 0.003 and isinstance(cfg.lr, float)
     assert cfg.warmup_steps == 1000 and isinstance(cfg.warmup_steps, int)
@@ -127,19 +128,39 @@ def test_model_yaml_values_are_typed_and_named_with_the_file(tmp_path):
         AVSRModel.from_yaml(path)
 
 
+@pytest.mark.parametrize("text", ["", "max_epoch: 3\nlr: 0.001\n", "decoder_conf: {decoder_layers: 1}\n",
+                                  "model_config: m.yaml\n"])
+def test_a_training_yaml_without_its_model_section_is_refused(tmp_path, text):
+    from avsr.train.trainer import load_train_config
+
+    (tmp_path / "m.yaml").write_text("decoder_conf: {decoder_layers: 1}\n")  # a model YAML without encoder
+    path = tmp_path / "train.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_train_config(path)
+    message = str(err.value)
+    assert message.startswith(str(path)) and "no model section: encoder_conf is missing" in message, message
+    assert "\n" not in message
+    if "model_config" in text:
+        assert str(tmp_path / "m.yaml") in message, message
+    # with its model section it loads
+    path.write_text(text + "encoder_conf: {encoder_layers: 1}\n")
+    assert load_train_config(path)[1]["encoder_conf"] == {"encoder_layers": 1}
+
+
 def test_a_mapping_is_required_where_a_section_is(tmp_path):
     path = tmp_path / "x.yaml"
     path.write_text("- a\n- b\n")
     with pytest.raises(ConfigError, match="top level must be a mapping"):
         load_yaml(path)
-    from avsr.decode.beam_search import DecodeConfig
+    from avsr.decode.config import DecodeConfig
 
     with pytest.raises(ConfigError, match="expected a mapping of DecodeConfig options"):
         from_dict(DecodeConfig, ["beam_size", 3], "somewhere")
 
 
 def test_decode_fields_that_the_chosen_search_ignores_are_refused(tmp_path):
-    from avsr.decode.beam_search import DecodeConfig
+    from avsr.decode.config import DecodeConfig
     from avsr.models.asr import AVSRModel
 
     path = tmp_path / "decode.yaml"

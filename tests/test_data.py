@@ -65,6 +65,42 @@ def test_tokenizer_round_trip_and_espnet_layout(tokenizer):
     assert tokenizer.decode([0, *ids, tokenizer.sos_eos_id]) == "SET WHITE BY C THREE SOON"
 
 
+def test_tokenizer_refuses_empty_text_and_names_characters_it_cannot_encode(tokenizer):
+    from avsr.data.tokenizer import TokenizerError
+
+    for empty in ("", "   "):
+        with pytest.raises(TokenizerError, match=r"^data/text: utterance 'u1': empty transcript"):
+            tokenizer.encode(empty, "data/text: utterance 'u1'")
+    # sentencepiece maps characters it never saw to <unk>: allowed by default, named when refused
+    assert 1 in tokenizer.encode("BIN BL\u00c9 AT")
+    assert tokenizer.unknown_chars("BIN BL\u00c9 \u00c9T \u00df") == ["\u00c9", "\u00df"]
+    assert tokenizer.unknown_chars("BIN BLUE AT") == []
+    with pytest.raises(TokenizerError) as err:
+        tokenizer.encode("BIN BL\u00c9 AT", "utterance 'u2'", allow_unknown=False)
+    message = str(err.value)
+    assert message.startswith("utterance 'u2': characters the tokenizer") and "'\u00c9' (U+00C9)" in message
+    assert tokenizer.encode("BIN BLUE AT", allow_unknown=False) == tokenizer.encode("BIN BLUE AT")
+    with pytest.raises(TokenizerError) as err:
+        tokenizer.check_texts({"u1": "BIN BLUE", "u2": "LAY \u00c9", "u3": "", "u4": "SET"}, "data/tr/text")
+    message = str(err.value)
+    assert message.startswith("data/tr/text: utterance 'u2': characters") and "(2 utterances" in message
+    tokenizer.check_texts({"u1": "BIN BLUE"}, "data/train/text")
+
+
+def test_tokenizer_tool_refuses_empty_and_non_utf8_text_in_one_line(tmp_path, capsys):
+    from avsr.bin.tokenizer import main
+
+    (tmp_path / "empty").write_text("")
+    (tmp_path / "latin1").write_bytes("s-1 BIN BLUE\ns-2 LAY R\u00c9D\n".encode("latin-1"))
+    for name, named in (("empty", "empty: no transcripts"),
+                        ("latin1", "latin1:2: utterance 's-2' is not UTF-8")):
+        capsys.readouterr()
+        argv = ["--text", str(tmp_path / name), "--out", str(tmp_path / "tok"), "--vocab-size", "20"]
+        assert main(argv) == 1
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("avsr-tokenizer: error: ") and named in err, err
+
+
 def test_datadir_round_trip_sorted(tmp_path):
     utts = [
         Utterance("s2_b", "s2", wav="/x/b.wav", video="/x/b.mp4", text="B", num_frames=3),
@@ -205,6 +241,14 @@ def test_wrong_rate_missing_and_corrupt_media_are_errors(tmp_path, tokenizer):
 def test_empty_transcript_is_an_error(tmp_path, tokenizer):
     u = make_utt(tmp_path, "s1_e", frames=5, text="")
     with pytest.raises(DataError, match="s1_e.*empty transcript"):
+        AVDataset([u], tokenizer)[0]
+
+
+def test_a_transcript_with_characters_the_tokenizer_cannot_encode_is_an_error(tmp_path, tokenizer):
+    from avsr.data.tokenizer import TokenizerError
+
+    u = make_utt(tmp_path, "s1_u", frames=5, text="BIN BL\u00c9 AT")
+    with pytest.raises(TokenizerError, match=r"utterance 's1_u': characters .* '\u00c9' \(U\+00C9\)"):
         AVDataset([u], tokenizer)[0]
 
 

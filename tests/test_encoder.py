@@ -223,6 +223,52 @@ def test_weight_norm_conv_matches_torch_weight_norm_dim2():
     assert conv(x).shape == (2, 8, 10)  # even kernel: one extra frame, removed by SamePad
 
 
+@pytest.mark.parametrize("kernel", [4, 5, 8, 7])
+def test_conv_pos_keeps_the_length_and_sees_k_frames_around_each_frame_within_its_group(kernel):
+    from avsr.nn.transformer import ConvPositionalEmbedding
+
+    torch.manual_seed(0)
+    d, groups = 8, 4
+    pos = ConvPositionalEmbedding(d, kernel, groups)
+    for frames in (1, 6, 11):  # the output has the input's length, even kernels too (SamePad drops the last)
+        assert pos(torch.randn(2, frames, d)).shape == (2, frames, d)
+    # an impulse at frame t of channel c: the frames that see it, and the channels (c's group only)
+    t, c, frames = 10, 3, 21
+    x = torch.zeros(1, frames, d)
+    x[0, t, c] = 1.0
+    with torch.no_grad():
+        out = pos(x)[0]  # GELU(0 + bias 0) = 0 wherever the impulse does not reach
+    touched_frames = out.abs().sum(1).nonzero().flatten().tolist()
+    # output frame u sees input frames u - kernel // 2 ... u + (kernel - 1) - kernel // 2 (not causal):
+    # odd kernels symmetric, even kernels one frame more of the past than of the future
+    assert touched_frames == list(range(t - (kernel - 1 - kernel // 2), t + kernel // 2 + 1))
+    touched_channels = out.abs().sum(0).nonzero().flatten().tolist()
+    group = d // groups
+    assert touched_channels == list(range(c // group * group, (c // group + 1) * group))
+    # with padding zeroed, a frame's output depends only on what lies within the kernel
+    y = torch.randn(1, frames, d)
+    far = y.clone()
+    far[0, : t - kernel // 2] += 5.0  # frames out of the reach of frame t
+    far[0, t + kernel - kernel // 2 :] -= 5.0
+    with torch.no_grad():
+        torch.testing.assert_close(pos(y)[0, t], pos(far)[0, t])
+
+
+def test_conv_pos_weight_is_normalised_per_kernel_tap():
+    conv = WeightNormConv1d(8, 5, groups=2)
+    assert conv.weight_g.shape == (1, 1, 5) and conv.weight_v.shape == (8, 4, 5)
+    with torch.no_grad():
+        conv.weight_g.copy_(torch.tensor([0.5, 1.0, 2.0, 3.0, 4.0]).view(1, 1, 5))
+        # each tap's weight (over output and input channels) has the norm weight_g: dim=2 of weight_norm
+        torch.testing.assert_close(conv.weight.norm(dim=(0, 1)), conv.weight_g.flatten())
+        x = torch.randn(2, 8, 9)
+        before = conv(x)
+        conv.weight_v.mul_(torch.tensor([3.0, 0.1, 7.0, 1.0, 2.0]).view(1, 1, 5))  # direction kept per tap
+        torch.testing.assert_close(conv(x), before)
+        conv.weight_g.mul_(2.0)
+        torch.testing.assert_close(conv(x), 2.0 * before)  # bias 0: linear in weight_g
+
+
 def test_attention_matches_reference_with_key_padding():
     torch.manual_seed(0)
     attn = MultiheadSelfAttention(8, 2).eval()

@@ -18,7 +18,7 @@ import yaml
 from avsr.data.media import read_video, read_wav, write_video, write_wav
 from avsr.data.synthgrid import grammar
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
-from avsr.decode.beam_search import DecodeConfig
+from avsr.decode.config import DecodeConfig
 from avsr.inference import InferenceError, TranscribeItem, Transcriber
 from avsr.models.asr import AVSRModel
 from avsr.train.checkpoint import save_atomic
@@ -300,6 +300,23 @@ def test_the_decoding_stage_reports_bad_utterances_and_guards_its_results(env, t
     args = ["--exp-dir", str(env["exp"]), "--data", str(tmp_path / "data"), "--test-set", "t",
             "--decode-config", str(decode_yaml), "--modalities", "audiovisual",
             "--out", str(tmp_path / "dec"), "--noise-file", str(env["noise"]), "--snrs", "0"]
+    # a missing media file: refused before anything is decoded, the utterance and the file named
+    capsys.readouterr()
+    assert decode(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("avsr-decode: error: "), err
+    assert "video.scp: utterance 'spk-gone'" in err and "gone.mp4: no such file" in err, err
+    assert not list((tmp_path / "dec").glob("t/*/*/hyp"))
+    # ... also where only the audio is missing but video-only decoding reads it for the training edges
+    (tmp_path / "gone.mp4").write_bytes(env["utts"][0][0].read_bytes())
+    (tmp_path / "data/wav.scp").write_text((tmp_path / "data/wav.scp").read_text().replace(
+        str(env["utts"][0][1]), str(tmp_path / "gone.wav")))
+    assert decode([*args[:9], "video", *args[10:], "--edge-frames", "5,4"]) == 1
+    assert "wav.scp: utterance 'spk-gone'" in capsys.readouterr().err
+    # a file that exists but cannot be decoded: listed in failed, scored as all errors
+    (tmp_path / "data/wav.scp").write_text((tmp_path / "data/wav.scp").read_text().replace(
+        str(tmp_path / "gone.wav"), str(env["utts"][0][1])))
+    (tmp_path / "gone.mp4").write_bytes(b"not a video")
     assert decode(args) == 0
     clean = tmp_path / "dec/t/audiovisual/clean"
     failed = (clean / "failed").read_text()
@@ -317,6 +334,22 @@ def test_the_decoding_stage_reports_bad_utterances_and_guards_its_results(env, t
     assert err.startswith("avsr-decode: error:") and "decode_config differ" in err and "--overwrite" in err
     assert len(err.splitlines()) == 1
     assert decode([*args, "--overwrite"]) == 0 and (clean / "hyp").stat().st_mtime_ns != before
+
+
+@pytest.mark.parametrize("pause", [(40, 41), (40, 43), (39, 42)], ids=["one_frame", "from_there", "around"])
+def test_pause_cuts_take_a_pause_right_at_max_frames(pause):
+    from avsr.inference import pause_cuts
+
+    max_frames = 40
+    activity = torch.full((100,), 50.0)
+    activity[pause[0] : pause[1]] = -40.0  # its smoothed minimum at frame 40 or 41
+    cuts = pause_cuts(activity, max_frames)
+    assert cuts[0] == max_frames  # a first piece of exactly max_frames frames, cut in the pause
+    bounds = [0, *cuts, 100]
+    assert all(0 < b - a <= max_frames for a, b in zip(bounds[:-1], bounds[1:]))
+    # at the limit itself nothing is cut; one frame more is
+    assert pause_cuts(activity[:max_frames], max_frames) == []
+    assert pause_cuts(activity[: max_frames + 1], max_frames) == [max_frames]
 
 
 def test_pause_cuts_cut_in_the_quietest_stretch_within_the_limit():
@@ -465,6 +498,7 @@ def test_the_model_defaults_come_from_one_checkpoint_read(env, tmp_path):
     ckpt = torch.load(env["exp"] / "epoch2.pt", weights_only=False)
     ckpt["data_stats"] = {"edge_frames": [[4, 6], [3, 5]]}
     ckpt["model_config"]["encoder_conf"]["audio_gate"] = True  # read from the config, the model not built
+    ckpt["model_config"]["decode_defaults"] = {"video_weight": 2.5, "audio_weight": 0.75}
     save_atomic(ckpt, tmp_path / "gated.pt")
     assert model_defaults(tmp_path / "gated.pt") == (((4, 6), (3, 5)), (2.5, 0.75))
     assert model_view_weights(tmp_path / "gated.pt") == (2.5, 0.75)
@@ -492,6 +526,38 @@ def test_each_piece_of_a_long_input_gets_the_edges_of_its_own(env):
     assert long.tokens == [x for p in pieces for x in p.tokens]
     times = [x for w in long.words for x in (w.start, w.end)]
     assert times == sorted(times) and 0 <= times[0] and times[-1] <= t / 25
+
+
+def test_video_only_calls_give_the_decoding_stages_hypotheses_given_the_audio_for_the_edges(
+        env, tmp_path, caplog):
+    from avsr.bin.decode import main as decode
+    from avsr.data.datadir import Utterance, write_datadir
+    from avsr.data.media import write_video as write_mp4
+
+    utts = []
+    for i, (before, after) in enumerate([(9, 1), (0, 8)]):  # silent frames to cut, to add
+        frames, wav = _edged(env, before, after, utt=i)
+        write_wav(tmp_path / f"e{i}.wav", wav)
+        write_mp4(tmp_path / f"e{i}.mp4", frames.numpy())
+        utts.append(Utterance(f"spk-e{i}", "spk", wav=str(tmp_path / f"e{i}.wav"),
+                              video=str(tmp_path / f"e{i}.mp4"), text="BIN BLUE AT F TWO NOW"))
+    write_datadir(tmp_path / "data", utts)
+    decode_yaml = tmp_path / "decode.yaml"
+    decode_yaml.write_text(yaml.safe_dump(DECODE))
+    assert decode(["--exp-dir", str(env["exp"]), "--data", str(tmp_path / "data"), "--test-set", "t",
+                   "--decode-config", str(decode_yaml), "--modalities", "video", "--edge-frames", "5,4",
+                   "--average-nbest", "1", "--out", str(tmp_path / "dec")]) == 0
+    lines = (tmp_path / "dec/t/video/clean/hyp").read_text().splitlines()
+    stage = {k: v for k, _, v in (line.partition(" ") for line in lines)}
+    on = Transcriber(env["models"][1], env["tokenizer"], DECODE, edge_frames=(5, 4))  # the best epoch's
+    for u in utts:  # the audio given too: it places the edges, as the stage's wav.scp does
+        assert on(video=u.video, audio=u.wav, modality="video", key=u.utt_id).text == stage[u.utt_id]
+    caplog.clear()
+    alone = on(video=utts[0].video, key=utts[0].utt_id)  # the video alone: edges kept, and said so
+    assert alone.info["edges_note"].startswith("no audio") and "edges_changed_frames" not in alone.info
+    assert "without audio (the first: spk-e0)" in caplog.text
+    assert alone.text == _transcriber(env, 1)(video=utts[0].video).text  # as decoded with the edges off
+    assert alone.text != stage["spk-e0"]  # which is why the two paths differ without the audio
 
 
 def test_the_decoding_stage_gives_the_training_edges_and_decodes_video_in_every_condition(env, tmp_path):

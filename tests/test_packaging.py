@@ -22,7 +22,7 @@ from avsr.config import (
     shipped_config,
     shipped_configs,
 )
-from avsr.decode.beam_search import DecodeConfig
+from avsr.decode.config import DecodeConfig
 from avsr.encoder import AVHubertEncoder
 from avsr.models.asr import AVSRModel
 from avsr.train.trainer import load_train_config

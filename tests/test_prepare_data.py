@@ -46,6 +46,7 @@ def corpus(tmp_path):
     _utt(root, "spk_long_audio", samples=40 * 640)
     _utt(root, "spk_empty", text=" ")
     _utt(root, "spk_nomp4").with_suffix(".mp4").unlink()
+    _utt(root, "spk_latin1").with_suffix(".txt").write_bytes("BIN BL\u00c9 AT\n".encode("latin-1"))
     return root
 
 
@@ -59,6 +60,7 @@ EXPECTED = {
     "spk_long_audio": "lasts 1.600 s (40.0 frames) but video",
     "spk_empty": "empty transcript",
     "spk_nomp4": "spk_nomp4.mp4 missing",
+    "spk_latin1": "spk_latin1.txt: transcript is not UTF-8 text (byte 0xc9 at byte 7)",
 }
 
 
@@ -72,7 +74,7 @@ def test_bad_utterances_are_listed_with_their_reason_and_left_out(corpus, tmp_pa
     for utt_id, reason in EXPECTED.items():
         assert reason in bad[utt_id], (utt_id, bad[utt_id])
     assert "cannot read video file" in bad["spk_trunc"] or "(truncated?)" in bad["spk_trunc"]
-    assert "2 utterances, 9 bad" in capsys.readouterr().out
+    assert "2 utterances, 10 bad" in capsys.readouterr().out
 
 
 def test_strict_makes_a_bad_utterance_an_error(corpus, tmp_path, capsys):
@@ -80,7 +82,20 @@ def test_strict_makes_a_bad_utterance_an_error(corpus, tmp_path, capsys):
                            "--strict", "--nj", "1", "--no-progress"])
     err = capsys.readouterr().err.strip()
     assert status == 1 and len(err.splitlines()) == 1
-    assert err.startswith("avsr-prepare-data: error:") and "9 bad utterance(s)" in err and "spk_" in err
+    assert err.startswith("avsr-prepare-data: error:") and "10 bad utterance(s)" in err and "spk_" in err
+
+
+def test_a_data_dir_file_that_is_not_utf8_is_refused_naming_the_line_and_utterance(tmp_path):
+    from avsr.data.datadir import DataDirError
+
+    path = tmp_path / "text"
+    path.write_bytes("spk-a BIN BLUE\nspk-b LAY R\u00c9D\n".encode("latin-1"))
+    with pytest.raises(DataDirError) as err:
+        read_kaldi_map(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}:2: utterance 'spk-b' is not UTF-8 text (byte 0xc9"), message
+    path.write_text("spk-a BIN BLUE\nspk-b LAY R\u00c9D\n", encoding="utf-8")  # as UTF-8 it is read
+    assert read_kaldi_map(path)["spk-b"] == "LAY R\u00c9D"
 
 
 def test_resample_audio_writes_16k_mono_copies(corpus, tmp_path):

@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from avsr.config import ConfigError
-from avsr.decode import DecodeConfig
+from avsr.decode import DecodeConfig, FairseqConfig
 from avsr.decode.hypothesis import Hypothesis
 from avsr.decode.rescore import rescore_with_views, sequence_scores
+from avsr.decode.searcher import Searcher
 from avsr.models import AVSRModel
 from tests.test_beam_search import TINY_DECODER, TINY_ENCODER
 
@@ -15,10 +16,11 @@ HW = 16
 LENS = torch.tensor([14, 10, 12])
 
 
-def _model(gate: bool = True, seed: int = 0) -> AVSRModel:
+def _model(gate: bool = True, seed: int = 0, decode_defaults: dict | None = None) -> AVSRModel:
     torch.manual_seed(seed)
     model = AVSRModel.from_config(dict(vocab_size=12, encoder_conf=dict(TINY_ENCODER, audio_gate=gate),
-                                       decoder_conf=TINY_DECODER, model_conf={"ctc_weight": 0.3})).eval()
+                                       decoder_conf=TINY_DECODER, model_conf={"ctc_weight": 0.3},
+                                       decode_defaults=decode_defaults)).eval()
     if gate:  # a gate that depends on the input (a new gate is a constant 0.95)
         with torch.no_grad():
             model.encoder.audio_gate.proj.weight.normal_(0, 0.5)
@@ -54,7 +56,7 @@ def test_sequence_scores_are_the_scores_the_beam_search_gave(ctc_scoring):
     audio, video = _inputs()
     with torch.no_grad():
         enc, lens = model.encode(audio, video, LENS)
-        hyps = model.search(enc, lens, _config(nbest=4, ctc_scoring=ctc_scoring))
+        hyps = Searcher(model, _config()).search(enc, lens, config=_config(nbest=4, ctc_scoring=ctc_scoring))
         cands = [h.tokens for u in hyps for h in u]
         index = torch.tensor([u for u, hs in enumerate(hyps) for _ in hs])
         att, ctc, score = _scorer(model, enc, lens)(cands, index)
@@ -106,8 +108,8 @@ def test_audio_visual_hypotheses_are_ranked_by_the_fused_score_plus_the_weighted
         enc_a, _ = model.encode(audio, None, LENS)
         gate = model.encoder.audio_gate_mean(audio, feats, LENS)
         wide = _config(nbest=4, video_weight=0.0, audio_weight=0.0)
-        av = model.search(enc_av, enc_lens, wide)
-        v = model.search(enc_v, enc_lens, wide)
+        av = Searcher(model, _config()).search(enc_av, enc_lens, config=wide)
+        v = Searcher(model, _config()).search(enc_v, enc_lens, config=wide)
         s_av, s_v, s_a = (_scorer(model, e, enc_lens) for e in (enc_av, enc_v, enc_a))
         torch.testing.assert_close(ctc_logp, model.ctc_log_probs(enc_av))  # word timings: the fused view's
         for u in range(3):
@@ -135,13 +137,13 @@ def test_no_weight_a_single_stream_or_a_closed_gate_leave_the_fused_search_alone
     audio, video = _inputs()
     with torch.no_grad():
         enc, lens = model.encode(audio, video, LENS)
-        plain = model.search(enc, lens, _config())
+        plain = Searcher(model, _config()).search(enc, lens, config=_config())
         none = _config(video_weight=0.0, audio_weight=0.0)
         assert model.decode_with_ctc(audio, video, LENS, none)[0] == plain
         for a, v in ((audio, None), (None, video)):  # one stream: one view, nothing to rescore
             enc1, _ = model.encode(a, v, LENS)
             assert model.decode_with_ctc(a, v, LENS, _config(video_weight=3.0, audio_weight=1.0))[0] == \
-                model.search(enc1, lens, _config())
+                Searcher(model, _config()).search(enc1, lens, config=_config())
         model.encoder.audio_gate.proj.weight.zero_()
         model.encoder.audio_gate.proj.bias.fill_(-60.0)  # closed: the single views get no weight
         enc, lens = model.encode(audio, video, LENS)
@@ -153,20 +155,34 @@ def test_no_weight_a_single_stream_or_a_closed_gate_leave_the_fused_search_alone
             torch.testing.assert_close(torch.tensor([h.score for h in joint[u]]), s)
 
 
-def test_the_default_weights_need_an_audio_gate():
-    gated, plain = _model(), _model(gate=False)
-    assert gated.view_weights(DecodeConfig()) == (2.5, 0.75) and plain.view_weights(DecodeConfig()) == (0, 0)
-    assert gated.view_weights(DecodeConfig(video_weight=0.25)) == (0.25, 0.75)
-    assert gated.view_weights(DecodeConfig(audio_weight=0.0)) == (2.5, 0.0)
-    assert gated.view_weights(DecodeConfig(search="fairseq", ctc_weight=0.0)) == (0.0, 0.0)
+def test_the_default_weights_come_from_the_model_configuration_and_need_an_audio_gate():
+    tuned = {"video_weight": 2.5, "audio_weight": 0.75}
+    gated, plain = _model(decode_defaults=tuned), _model(gate=False)
+    assert Searcher(gated, DecodeConfig()).view_weights == (2.5, 0.75)
+    assert Searcher(_model(), DecodeConfig()).view_weights == (0, 0)  # nothing tuned: one search
+    assert Searcher(plain, DecodeConfig()).view_weights == (0, 0)
+    assert Searcher(gated, DecodeConfig(video_weight=0.25)).view_weights == (0.25, 0.75)
+    assert Searcher(gated, DecodeConfig(audio_weight=0.0)).view_weights == (2.5, 0.0)
+    assert gated.search_config().video_weight == 2.5  # no config given: the model's defaults
+    fairseq_like = _model(decode_defaults=None)
+    assert Searcher(fairseq_like, FairseqConfig()).view_weights == (0.0, 0.0)
+    with pytest.raises(ConfigError, match="decode_defaults: unknown config key .vido_weight."):
+        _model(decode_defaults={"vido_weight": 1.0})
+    # the defaults travel in the model configuration, so in every checkpoint's model_config
+    assert AVSRModel.from_config({**_config_dict(), "decode_defaults": tuned}).decode_defaults == tuned
     audio, video = _inputs()
     with torch.no_grad():  # without a gate the default is the single search of the original
         enc, lens = plain.encode(audio, video, LENS)
-        assert plain.decode_with_ctc(audio, video, LENS, _config())[0] == plain.search(enc, lens, _config())
+        assert plain.decode_with_ctc(audio, video, LENS, _config())[0] == \
+            Searcher(plain, _config()).search(enc, lens)
     with pytest.raises(ValueError, match="video_weight 1 needs a model with an audio gate"):
         plain.decode_with_ctc(audio, video, LENS, _config(video_weight=1.0))
     with pytest.raises(ValueError, match="audio_weight 0.5 needs a model with an audio gate"):
         plain.decode_with_ctc(audio, video, LENS, _config(audio_weight=0.5))
+
+
+def _config_dict() -> dict:
+    return dict(vocab_size=12, encoder_conf=dict(TINY_ENCODER, audio_gate=True), decoder_conf=TINY_DECODER)
 
 
 def test_bad_weights_and_a_weight_for_the_fairseq_search_are_refused():

@@ -35,6 +35,9 @@ MODEL = {
     "model_conf": dict(ctc_weight=0.3),
 }
 
+#: the model section every training YAML needs (load_train_config refuses one without it)
+ENCODER = "encoder_conf: {encoder_layers: 1}\n"
+
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
@@ -162,6 +165,7 @@ def test_train_config_unknown_key_is_named(tmp_path):
 def test_audio_augment_settings_from_the_train_config(tmp_path):
     (tmp_path / "t.yaml").write_text(
         "freq_warp: [0.9, 1.1]\nnum_freq_mask: 2\nfreq_mask_width: 4\nspeed_perturb: [0.9, 1.0, 1.1]\n"
+        + ENCODER
     )
     cfg, _ = load_train_config(tmp_path / "t.yaml")
     aug = build_audio_augment(cfg)
@@ -172,7 +176,7 @@ def test_audio_augment_settings_from_the_train_config(tmp_path):
     for bad, match in (("freq_warp: [0.9]", "freq_warp"), ("freq_warp: [1.1, 0.9]", "freq_warp"),
                        ("num_freq_mask: -1", "num_freq_mask"),
                        ("speed_perturb: [0.9, -1.0]", "speed_perturb")):
-        (tmp_path / "b.yaml").write_text(bad + "\n")
+        (tmp_path / "b.yaml").write_text(bad + "\n" + ENCODER)
         with pytest.raises(ConfigError, match=match):
             build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])
 
@@ -221,7 +225,7 @@ def test_modality_dropout_is_drawn_by_the_loader_and_not_again_by_the_encoder(se
 
 def test_av_mismatch_prob_from_the_train_config_needs_loader_drawn_modality_dropout(setup, tmp_path):
     tok, utts = setup
-    (tmp_path / "t.yaml").write_text("av_mismatch_prob: 0.2\n")
+    (tmp_path / "t.yaml").write_text("av_mismatch_prob: 0.2\n" + ENCODER)
     cfg, _ = load_train_config(tmp_path / "t.yaml")
     assert build_audio_augment(cfg).av_mismatch_prob == 0.2
     assert not build_audio_augment(cfg).av_mismatch_noisy_only
@@ -243,13 +247,14 @@ def test_av_mismatch_prob_from_the_train_config_needs_loader_drawn_modality_drop
 
 def test_time_masks_from_the_train_config_and_av_only_needs_loader_drawn_modality_dropout(setup, tmp_path):
     tok, utts = setup
-    (tmp_path / "t.yaml").write_text("num_time_mask: 2\ntime_mask_width: 3\ntime_mask_av_only: true\n")
+    (tmp_path / "t.yaml").write_text("num_time_mask: 2\ntime_mask_width: 3\ntime_mask_av_only: true\n"
+                                     + ENCODER)
     aug = build_audio_augment(load_train_config(tmp_path / "t.yaml")[0])
     assert (aug.num_time_mask, aug.time_mask_width, aug.time_mask_av_only) == (2, 3, True)
     assert build_audio_augment(TrainConfig(num_time_mask=2)) is None  # width 0: nothing changes
     for bad, match in (("num_time_mask: -1", "num_time_mask"), ("time_mask_width: -2", "time_mask_width"),
                        ("time_mask_av_only: 3", "time_mask_av_only")):
-        (tmp_path / "b.yaml").write_text(bad + "\n")
+        (tmp_path / "b.yaml").write_text(bad + "\n" + ENCODER)
         with pytest.raises(ConfigError, match=match):
             load_train_config(tmp_path / "b.yaml")
     masks = {"num_time_mask": 2, "time_mask_width": 3, "time_mask_av_only": True}
@@ -264,7 +269,8 @@ def test_time_masks_from_the_train_config_and_av_only_needs_loader_drawn_modalit
 
 
 def test_edge_silence_frames_from_the_train_config_are_checked(tmp_path):
-    (tmp_path / "e.yaml").write_text("edge_silence_frames: [-8, 8]\nedge_silence_keep_length: true\n")
+    (tmp_path / "e.yaml").write_text("edge_silence_frames: [-8, 8]\nedge_silence_keep_length: true\n"
+                                     + ENCODER)
     aug = build_audio_augment(load_train_config(tmp_path / "e.yaml")[0])
     assert (aug.edge_silence_frames, aug.edge_silence_keep_length) == ((-8, 8), True)
     assert build_audio_augment(TrainConfig(edge_silence_frames=[0, 0])) is None  # nothing changes
@@ -272,14 +278,14 @@ def test_edge_silence_frames_from_the_train_config_are_checked(tmp_path):
                        "low, high"), ("edge_silence_frames: [0.5, 2]", "edge_silence_frames"),
                        ("edge_silence_keep_length: 2", "edge_silence_keep_length"),
                        ("edge_silence_prob: 1.5", "edge_silence_prob")):
-        (tmp_path / "b.yaml").write_text(bad + "\n")
+        (tmp_path / "b.yaml").write_text(bad + "\n" + ENCODER)
         with pytest.raises(ConfigError, match=match):
             build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])
 
 
 def test_narrowband_prob_from_the_train_config_is_checked(setup, tmp_path):
     tok, utts = setup
-    (tmp_path / "n.yaml").write_text("narrowband_prob: 0.2\nnarrowband_audio_only: true\n")
+    (tmp_path / "n.yaml").write_text("narrowband_prob: 0.2\nnarrowband_audio_only: true\n" + ENCODER)
     aug = build_audio_augment(load_train_config(tmp_path / "n.yaml")[0])
     assert (aug.narrowband_prob, aug.narrowband_audio_only) == (0.2, True)
     narrow = {"narrowband_prob": 0.2, "narrowband_audio_only": True}
@@ -292,14 +298,14 @@ def test_narrowband_prob_from_the_train_config_is_checked(setup, tmp_path):
         MODEL["encoder_conf"]["modality_dropout"] = 0.5
     assert build_audio_augment(TrainConfig(narrowband_prob=0.0)) is None  # nothing changes
     for bad in ("narrowband_prob: 1.5", "narrowband_prob: -0.1", "narrowband_prob: often"):
-        (tmp_path / "b.yaml").write_text(bad + "\n")
+        (tmp_path / "b.yaml").write_text(bad + "\n" + ENCODER)
         with pytest.raises(ConfigError, match="narrowband_prob"):
             build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])
 
 
 def test_noise_probabilities_per_batch_modality_from_the_train_config(tmp_path):
     write_wav(tmp_path / "n.wav", np.random.default_rng(0).standard_normal(16000).astype(np.float32))
-    (tmp_path / "a.yaml").write_text("noise_prob: 0.5\nnoise_prob_audio_only: 0.1\n")
+    (tmp_path / "a.yaml").write_text("noise_prob: 0.5\nnoise_prob_audio_only: 0.1\n" + ENCODER)
     noise = build_noise(str(tmp_path / "n.wav"), load_train_config(tmp_path / "a.yaml")[0])
     assert [noise.prob_for(m) for m in ("audiovisual", "audio", "video", None)] == [0.5, 0.1, 0.5, 0.5]
     (tmp_path / "b.yaml").write_text("noise_prob: 0.5\nnoise_prob_audio_only: 1.5\n")
@@ -442,3 +448,50 @@ def test_av_batch_views_need_an_encoder_that_runs_the_video_front_end_alone(setu
     with pytest.raises(ConfigError, match="av_batch_views.*encode_video.*Foreign"):
         AVSRModel(tok.vocab_size, encoder=Foreign(), av_batch_views=["audiovisual", "video"])
     assert AVSRModel(tok.vocab_size, encoder=Foreign()).conf.av_batch_views == ("audiovisual",)
+
+
+class _FrameRegression(torch.nn.Module):
+    """A deterministic model (no dropout) for the trainer's loop: the loss of a batch is the mean over its
+    utterances of the mean over their frames of (w . x_t + b)^2 (``audio`` (B, 104, T), ``lengths`` (B,))."""
+
+    batch_keys = ("audio", "lengths")
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(104, 1)
+        self.seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def forward(self, audio, lengths):
+        self.seen.append((audio.detach().clone(), lengths.clone()))
+        mask = (torch.arange(audio.shape[-1])[None, :] < lengths[:, None]).float()
+        per_frame = self.proj(audio.transpose(1, 2)).squeeze(-1).pow(2) * mask
+        loss = (per_frame.sum(1) / lengths).mean()
+        return loss, {"loss": loss.detach()}
+
+
+def test_accumulated_half_batches_give_the_gradient_of_the_full_batch(setup, tmp_path):
+    tok, utts = setup
+    same = [dataclasses.replace(u, num_frames=8) for u in utts[2:6]]  # 4 utterances of 8 frames ...
+    for u in same:
+        write_wav(tmp_path / f"{u.utt_id}.wav", read_wav(u.wav)[: 8 * 640])
+    same = [dataclasses.replace(u, wav=str(tmp_path / f"{u.utt_id}.wav"), video=None) for u in same]
+    torch.manual_seed(0)
+    model = _FrameRegression()
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    cfg = TrainConfig(max_epoch=1, batch_frames=16, max_batch_size=2, accum_grad=2, grad_clip=0.0, lr=1e-3,
+                      warmup_steps=0, noise_prob=0.0, log_interval=1)  # ... in 2 batches of 2: one step
+    trainer = Trainer(model, {}, AVDataset(same, tok, modalities=("audio",), train=True),
+                      AVDataset(same[:1], tok, modalities=("audio",)), cfg, tmp_path / "exp")
+    grads = []  # the gradient each optimiser step sees
+    trainer.optimizer.register_step_pre_hook(
+        lambda *_: grads.append({n: p.grad.clone() for n, p in model.named_parameters()}))
+    trainer.train_epoch()
+    assert trainer.step == 1 and len(grads) == 1 and [int(n.numel()) for _, n in model.seen] == [2, 2]
+    # the full batch: the two half-batches as one, from the same starting weights
+    full = _FrameRegression()
+    full.load_state_dict(start)
+    audio = torch.cat([a for a, _ in model.seen])
+    lengths = torch.cat([n for _, n in model.seen])
+    full(audio, lengths)[0].backward()
+    for name, p in full.named_parameters():
+        torch.testing.assert_close(grads[0][name], p.grad, msg=name)

@@ -21,6 +21,13 @@ hypotheses are ranked with the model's single-stream views too where the decodin
 ``video_weight`` or ``audio_weight`` (or, when null, the model's default) is above 0; the audio-visual
 directory's ``decode_settings.yaml`` then records both (``view_weights``), and the other modalities' do not.
 
+Before anything is decoded, every media file the chosen modalities read (``wav.scp`` for audio and
+audio-visual decoding and, with the training edges, for video-only decoding too; ``video.scp`` for video and
+audio-visual decoding) must exist: a data dir with a missing file or entry is refused in one line naming the
+utterance and the file (exit status 1), rather than scored with the utterance as a failure. Utterances whose
+files exist but cannot be decoded (unreadable media, too short) are listed in ``failed`` and scored as all
+errors (``avsr.bin.score`` says how many).
+
 The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
 accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``: an avsr checkpoint or an official fine-tuned
 AV-HuBERT one (fairseq ``av_hubert_seq2seq``/``av_hubert_ctc``, read by :mod:`avsr.compat`) with its
@@ -49,8 +56,8 @@ import yaml
 
 from avsr.bin.runner import UsageError, tool
 from avsr.config import config_path, parse_yaml, to_dict
-from avsr.data.datadir import read_datadir, write_kaldi_map
-from avsr.decode.beam_search import DecodeConfig
+from avsr.data.datadir import DataDirError, Utterance, read_datadir, write_kaldi_map
+from avsr.decode.config import load_decode_config
 from avsr.fileio import remove_stale_tmp, write_text_atomic
 from avsr.inference import (
     Transcriber,
@@ -81,10 +88,10 @@ def _settings(args: argparse.Namespace, source: Path, bpemodel: Path | None) -> 
         checkpoints = [_file_id(source)]
     else:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
-    config = DecodeConfig.from_yaml(config_path(args.decode_config, "decode"))
-    decode = to_dict(config)
+    config = load_decode_config(config_path(args.decode_config, "decode"))
+    decode = {"search": config.search, **to_dict(config)}
     # the views' weights are recorded below only where they change the hypotheses
-    del decode["video_weight"], decode["audio_weight"]
+    decode.pop("video_weight", None), decode.pop("audio_weight", None)
     settings = {
         "model": str(source.resolve()),
         "checkpoints": checkpoints,
@@ -130,6 +137,39 @@ def _claim(out: Path, settings: dict, overwrite: bool, results: list[Path]) -> N
             shutil.rmtree(hyp.parent)
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, yaml.safe_dump(settings, sort_keys=True))
+
+
+def check_media(utts: list[Utterance], data: Path, modalities: list[str], edges: bool) -> None:
+    """Refuse a data dir whose media files for ``modalities`` are not all there (see the module docstring).
+
+    Args:
+        utts: the utterances of the data dir ``data``.
+        data: the data dir (named in the message).
+        modalities: the decoded modalities (keys of :data:`avsr.inference.MODALITY_INPUTS`).
+        edges: whether inputs get the training edges (video-only decoding then reads the audio too).
+
+    Raises:
+        DataDirError: an utterance has no entry for a needed stream, or its file does not exist (the first
+            such utterance, its ``wav.scp``/``video.scp`` file and path named, and how many in all).
+    """
+    streams = {s for m in modalities for s in MODALITY_INPUTS[m]}
+    if edges and "video" in modalities:
+        streams.add("audio")
+    scp = {"audio": "wav.scp", "video": "video.scp"}
+    problems = []
+    for u in utts:
+        for stream in ("audio", "video"):
+            if stream not in streams:
+                continue
+            path = u.wav if stream == "audio" else u.video
+            if path is None:
+                problems.append(f"{data / scp[stream]}: utterance '{u.utt_id}' has no entry, but the "
+                                f"{stream} stream is decoded ({', '.join(modalities)})")
+            elif not Path(path).is_file():
+                problems.append(f"{data / scp[stream]}: utterance '{u.utt_id}': {path}: no such file")
+    if problems:
+        more = f" ({len(problems)} missing in all)" if len(problems) > 1 else ""
+        raise DataDirError(f"{problems[0]}{more}; nothing was decoded")
 
 
 @tool("avsr-decode")
@@ -184,6 +224,7 @@ def main(argv: list[str] | None = None) -> int | None:
     settings = _settings(args, source, bpemodel)  # checks the model and the decoding config first
     test_set = args.test_set or args.data.name
     utts = read_datadir(args.data)
+    check_media(utts, args.data, args.modalities, "edge_frames" in settings)
     refs = {u.utt_id: u.text for u in utts}
 
     for path in remove_stale_tmp(args.out / test_set, recursive=True):

@@ -11,8 +11,9 @@ and txt all exist; the wav is readable, mono and at 16 kHz (``--resample-audio``
 of other wavs into ``<out>/<split>/audio_16k/`` instead), with no NaN or infinite sample; the mp4 decodes
 to its last frame, at 25 fps and ``--roi-size`` pixels square; audio and video last the same within
 ``--max-frame-diff`` 25 fps frames (AV-HuBERT pads or cuts a few frames, more is an error); the transcript is
-not empty. A bad utterance is left out and listed with its reason in ``<out>/<split>/bad_utts`` (``<utt-id>
-<reason>``), and the count is printed; with ``--strict`` any bad utterance is an error.
+not empty and is UTF-8 text. A bad utterance is left out and listed with its reason in
+``<out>/<split>/bad_utts`` (``<utt-id> <reason>``), and the count is printed; with ``--strict`` any bad
+utterance is an error.
 
 Usage: ``python -m avsr.bin.prepare_data --corpus CORPUS --out data --splits train valid test [--nj 2]``
 """
@@ -48,7 +49,7 @@ def scan_split(split_dir: Path) -> tuple[list[Utterance], dict[str, str]]:
     Returns:
         ``(utterances, bad)``: utterances with their three files (``num_frames`` from the wav's length, or
         None when the wav cannot be read -- :func:`check_utterance` then says why), and utterance id ->
-        reason for those missing a file or with an empty transcript.
+        reason for those missing a file or with an empty or non-UTF-8 transcript.
 
     Raises:
         DataDirError: the split directory is missing or holds no utterance at all.
@@ -65,7 +66,13 @@ def scan_split(split_dir: Path) -> tuple[list[Utterance], dict[str, str]]:
         if missing:
             bad[utt_id] = f"{', '.join(missing)} missing next to {stem}.*"
             continue
-        text = " ".join(txt.read_text(encoding="utf-8", errors="replace").split()).upper()
+        raw = txt.read_bytes()
+        try:
+            text = " ".join(raw.decode("utf-8").split()).upper()
+        except UnicodeDecodeError as e:
+            bad[utt_id] = (f"{txt}: transcript is not UTF-8 text (byte 0x{raw[e.start]:02x} at byte "
+                           f"{e.start + 1}); convert it to UTF-8")
+            continue
         if not text:
             bad[utt_id] = f"{txt}: empty transcript"
             continue

@@ -32,6 +32,7 @@ USAGE_ERRORS = (("avsr.bin.runner", "UsageError"), ("avsr.config", "ConfigError"
 DATA_ERRORS = (
     ("avsr.data.dataset", "DataError"),
     ("avsr.data.datadir", "DataDirError"),
+    ("avsr.data.tokenizer", "TokenizerError"),
     ("avsr.data.media", "MediaError"),
     ("avsr.data.roi", "RoiError"),
     ("avsr.data.lrs3", "LRS3Error"),

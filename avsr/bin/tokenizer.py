@@ -3,6 +3,10 @@
 Writes ``<out>/bpe.model``, ``<out>/bpe.vocab`` and ``<out>/tokens.txt`` (ESPnet token list: ``<blank>``,
 ``<unk>``, the pieces, ``<sos/eos>``, one per line).
 
+The transcripts must be UTF-8 and none empty (:func:`avsr.data.datadir.read_kaldi_map` names the line and
+utterance otherwise); an empty ``--text`` is refused, and every transcript is checked to encode without
+``<unk>`` once the model is trained.
+
 Usage: ``python -m avsr.bin.tokenizer --text data/train/text --out data/token_list --vocab-size 64``
 """
 
@@ -14,7 +18,7 @@ import sys
 from pathlib import Path
 
 from avsr.bin.runner import tool
-from avsr.data.datadir import read_kaldi_map
+from avsr.data.datadir import DataDirError, read_kaldi_map
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.fileio import write_text_atomic
 
@@ -31,9 +35,14 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--model-type", default="unigram", choices=["unigram", "bpe", "char", "word"])
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    texts = list(read_kaldi_map(args.text).values())
+    transcripts = read_kaldi_map(args.text)
+    if not transcripts:
+        raise DataDirError(f"{args.text}: no transcripts (<utt-id> <transcript> lines): nothing to train the "
+                           "tokenizer on")
+    texts = list(transcripts.values())
     model = train_sentencepiece(texts, args.out / "bpe", args.vocab_size, args.model_type)
     tok = Tokenizer(model)
+    tok.check_texts(transcripts, str(args.text))
     write_text_atomic(args.out / "tokens.txt", "\n".join(tok.token_list) + "\n")
     logger.info(
         "%s: %d tokens; example %s -> %s",

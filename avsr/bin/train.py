@@ -248,8 +248,13 @@ def main(argv: list[str] | None = None) -> int | None:
         shutil.copyfile(args.bpemodel, args.exp_dir / "bpe.model")
     write_text_atomic(args.exp_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
 
+    train_utts = read_datadir(args.train_data, require_text=not pretrain)
+    valid_utts = read_datadir(args.valid_data, require_text=not pretrain)
+    if tokenizer is not None:  # every target must be tokens the model can learn: no <unk>
+        for data, utts in ((args.train_data, train_utts), (args.valid_data, valid_utts)):
+            tokenizer.check_texts({u.utt_id: u.text for u in utts}, str(data / "text"))
     train_set = AVDataset(
-        read_datadir(args.train_data, require_text=not pretrain),
+        train_utts,
         tokenizer,
         train=True,
         noise=build_noise(args.train_noise, cfg),
@@ -258,7 +263,7 @@ def main(argv: list[str] | None = None) -> int | None:
         audio_augment=build_audio_augment(cfg),
         cache_limit_mb=cfg.cache_limit_mb,
     )
-    valid_set = AVDataset(read_datadir(args.valid_data, require_text=not pretrain), tokenizer, train=False,
+    valid_set = AVDataset(valid_utts, tokenizer, train=False,
                           label_sets=valid_labels or (), cache_limit_mb=cfg.cache_limit_mb)
     for name, dataset in (("--train-data", train_set), ("--valid-data", valid_set)):
         longest = max(range(len(dataset)), key=dataset.num_frames, default=None)

@@ -51,14 +51,20 @@ def read_kaldi_map(path: str | os.PathLike, allow_empty_value: bool = False) -> 
     """Read a Kaldi ``<key> <value...>`` file into an ordered dict.
 
     Raises:
-        DataDirError: a line has no value (unless ``allow_empty_value``) or a key repeats; the message
-            names the file and line.
+        DataDirError: a line has no value (unless ``allow_empty_value``), a key repeats, or a line is not
+            UTF-8; the message names the file, the line and the key.
     """
     path = Path(path)
     out: dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.rstrip("\n")
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").rstrip("\n")
+            except UnicodeDecodeError as e:
+                key = raw.split(maxsplit=1)[0].decode("utf-8", errors="replace") if raw.split() else ""
+                raise DataDirError(
+                    f"{path}:{lineno}: utterance '{key}' is not UTF-8 text (byte 0x{raw[e.start]:02x} at "
+                    f"byte {e.start + 1} of the line); convert the file to UTF-8") from None
             if not line.strip():
                 continue
             parts = line.split(maxsplit=1)

@@ -246,7 +246,9 @@ class AVDataset(torch.utils.data.Dataset):
     Raises (from ``__getitem__``):
         DataError: the utterance has no file for a requested modality, the durations disagree, the
             transcript is empty, or it has no labels in a label set or labels of the wrong length (more
-            than ``max_frame_diff`` frames off); avsr.data.media.MediaError for a missing or corrupt file.
+            than ``max_frame_diff`` frames off); avsr.data.media.MediaError for a missing or corrupt file;
+            avsr.data.tokenizer.TokenizerError: the transcript has characters the tokenizer maps to
+            ``<unk>`` (named).
     """
 
     def __init__(
@@ -430,7 +432,8 @@ class AVDataset(torch.utils.data.Dataset):
         if self.tokenizer is not None:
             if not (u.text or "").strip():
                 raise DataError(f"utterance '{u.utt_id}' has an empty transcript")
-            tokens = torch.tensor(self.tokenizer.encode(u.text), dtype=torch.long)
+            ids = self.tokenizer.encode(u.text, f"utterance '{u.utt_id}'", allow_unknown=False)
+            tokens = torch.tensor(ids, dtype=torch.long)
         return {
             "utt_id": u.utt_id,
             "audio": audio_feats,

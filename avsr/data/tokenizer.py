@@ -8,12 +8,18 @@ id 0 and no bos/eos/pad, so piece ``i`` of the model is token ``i + 1``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import sentencepiece as spm
 
 BLANK = "<blank>"
 SOS_EOS = "<sos/eos>"
+
+
+class TokenizerError(ValueError):
+    """A transcript the tokenizer cannot turn into tokens (empty, or with characters it does not know); the
+    message names the utterance (and the file, where known)."""
 
 
 def train_sentencepiece(
@@ -90,9 +96,63 @@ class Tokenizer:
     def sos_eos_id(self) -> int:
         return len(self.token_list) - 1
 
-    def encode(self, text: str) -> list[int]:
-        """Transcript -> token ids (no sos/eos)."""
-        return [i + 1 for i in self.sp.encode(text)]
+    def encode(self, text: str, name: str | None = None, allow_unknown: bool = True) -> list[int]:
+        """Transcript -> token ids (no sos/eos).
+
+        Args:
+            text: the transcript.
+            name: what it is, for error messages (e.g. ``"data/train/text: utterance 'spk-001'"``).
+            allow_unknown: whether characters the sentencepiece model does not know may become ``<unk>``
+                (id 1); False: they are a :class:`TokenizerError` naming them (training targets).
+
+        Returns:
+            ``(L,)`` token ids, ``L >= 1``, each in ``[1, vocab_size - 2]``.
+
+        Raises:
+            TokenizerError: ``text`` is empty or blank; with ``allow_unknown=False``, it holds characters
+                that become ``<unk>`` (each named with its code point).
+        """
+        what = name or "transcript"
+        if not isinstance(text, str) or not text.strip():
+            raise TokenizerError(f"{what}: empty transcript {text!r}: nothing to tokenize")
+        ids = [i + 1 for i in self.sp.encode(text)]
+        if not allow_unknown and 1 in ids:
+            chars = ", ".join(f"{c!r} (U+{ord(c):04X})" for c in self.unknown_chars(text)) or "some"
+            raise TokenizerError(f"{what}: characters the tokenizer {self.model_path} cannot encode (they "
+                                 f"would become <unk>): {chars}; train the tokenizer on text that has them, "
+                                 "or normalise the transcript")
+        return ids
+
+    def unknown_chars(self, text: str) -> list[str]:
+        """The distinct characters of ``text`` (in order of appearance, spaces left out) that the
+        sentencepiece model maps to ``<unk>``."""
+        unk = self.sp.unk_id()
+        seen: list[str] = []
+        for c in text:
+            if not c.isspace() and c not in seen and unk in self.sp.encode(c):
+                seen.append(c)
+        return seen
+
+    def check_texts(self, texts: Mapping[str, str | None], where: str) -> None:
+        """Refuse transcripts that cannot be training targets: each must be non-empty and encode without
+        ``<unk>`` (:meth:`encode` with ``allow_unknown=False``).
+
+        Args:
+            texts: utterance id -> transcript.
+            where: their file, for the message (e.g. ``"data/train/text"``).
+
+        Raises:
+            TokenizerError: the first bad utterance named with ``where`` (and how many are bad in all).
+        """
+        first, count = None, 0
+        for utt_id, text in texts.items():
+            try:
+                self.encode(text or "", f"{where}: utterance '{utt_id}'", allow_unknown=False)
+            except TokenizerError as e:
+                first, count = first or e, count + 1
+        if first is not None:
+            more = f" ({count} utterances of {where} in all)" if count > 1 else ""
+            raise TokenizerError(f"{first}{more}")
 
     def decode(self, ids: list[int]) -> str:
         """Token ids -> transcript; blank and sos/eos ids are dropped."""

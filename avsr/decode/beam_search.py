@@ -39,234 +39,24 @@ default with ``pre_beam`` ``espnet`` or ``espnet_nonbatch``, which reproduce ESP
 from __future__ import annotations
 
 import math
-import os
 import warnings
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
 
-from avsr.config import ConfigError, config_path, from_dict, load_yaml
+from avsr.decode.config import DecodeConfig, SearchConfig, load_decode_config
 from avsr.decode.ctc_prefix_score import CTCPrefixScorer, ctc_expected_label_count
 from avsr.decode.fairseq_search import fairseq_beam_search
 from avsr.decode.hypothesis import Hypothesis
 from avsr.nn.decoder import TransformerDecoder
 
 __all__ = ["DecodeConfig", "Hypothesis", "JointSearch", "batch_beam_search", "ctc_greedy_decode",
-           "load_decode_config"]
+           "load_decode_config"]  # DecodeConfig and load_decode_config: from avsr.decode.config
 
 NEG_INF = float("-inf")
-#: the fields of :class:`DecodeConfig` each search reads (besides ``search``).
-SEARCH_FIELDS: dict[str, tuple[str, ...]] = {
-    "espnet": ("beam_size", "ctc_weight", "penalty", "maxlenratio", "minlenratio", "nbest", "ctc_scoring",
-               "pre_beam_ratio", "pre_beam", "ctc_end_prob", "ctc_maxlen_ratio", "ctc_maxlen_margin",
-               "video_weight", "audio_weight"),
-    "fairseq": ("beam_size", "ctc_weight", "nbest", "lenpen", "max_len_a", "max_len_b", "min_len", "unkpen",
-                "normalize_scores"),
-}
 END_DETECT_M = 3  # ESPnet end_detect: number of recent lengths checked
 END_DETECT_D = -10.0  # ESPnet end_detect: log(1 * exp(-10))
-#: values of ``DecodeConfig.pre_beam``.
-PRE_BEAMS = ("avsr", "espnet", "espnet_nonbatch")
-#: what ``ctc_end_prob`` and ``ctc_maxlen_ratio`` of None mean with ``pre_beam: avsr`` (ESPnet's modes: off).
-CTC_END_PROB = 0.99
-CTC_MAXLEN_RATIO = 1.5
-
-
-@dataclass
-class DecodeConfig:
-    """Options of :func:`batch_beam_search` (ESPnet ``asr_inference`` names).
-
-    Attributes:
-        beam_size: hypotheses kept per utterance.
-        ctc_weight: weight of the CTC prefix score; 1.0 = CTC prefix search alone (no decoder needed),
-            0.0 = attention alone (no CTC head needed).
-        penalty: length bonus added per emitted token (``eos`` included).
-        maxlenratio: maximum output length: 0 -> the encoder length ``T`` (and end detection is on);
-            > 0 -> ``max(1, int(maxlenratio * T))``; < 0 -> ``-int(maxlenratio)`` tokens; in joint search
-            the CTC length limit (``ctc_maxlen_ratio``) may lower it.
-        minlenratio: minimum output length ``int(minlenratio * T)``; ``eos`` is refused before it.
-        nbest: hypotheses returned per utterance (at most ``beam_size``).
-        ctc_scoring: "partial" (CTC scores the pre-beam of the attention decoder, plus eos) or "full"
-            (the whole vocabulary). CTC-only decoding always scores the whole vocabulary.
-        pre_beam_ratio: pre-beam size = ``int(pre_beam_ratio * beam_size)`` for partial scoring.
-        pre_beam: how partial scoring picks the tokens that CTC scores, from the attention scores of each
-            running hypothesis:
-
-            * ``avsr`` (default): the ``pre_beam`` best tokens other than ``eos`` and blank, plus ``eos``
-              (so every hypothesis can always end, and no pre-beam slot goes to blank, which is never
-              emitted);
-            * ``espnet``: as ESPnet's ``BatchBeamSearch`` (the search of ``Speech2Text`` and
-              ``asr_inference``): the ``pre_beam`` best of the whole vocabulary ranked by ESPnet's
-              weighted full scores ``(1 - ctc_weight) * att + penalty`` -- ``eos`` and blank included, so
-              they can take pre-beam slots -- and ``eos`` always (ESPnet's ``CTCPrefixScoreTH`` gives
-              ``eos`` its CTC score whether or not it is in the pre-beam); blank is refused (ESPnet scores
-              it ``-1e10``);
-            * ``espnet_nonbatch``: as ESPnet's ``BeamSearch`` (the class ESPnet falls back to when a
-              scorer has no batch interface): the same pre-beam, and ``eos`` is a candidate only when it
-              is in the pre-beam -- or at the maximum length, where only ``eos`` is (ESPnet appends it
-              there unscored, avsr scores it, as in every mode).
-
-            With the same weights and settings, ``espnet`` and ``espnet_nonbatch`` give the hypotheses of
-            ESPnet's two classes (``benchmarks/bench_vs_espnet.py`` checks this against the installed
-            ESPnet). Full scoring and CTC-only or attention-only search do not use a pre-beam.
-        ctc_end_prob: the CTC end gate of joint search (``0 < ctc_weight < 1``): a running hypothesis ``g``
-            whose CTC probability of being complete, ``p_ctc(g) / psi(g)`` (the CTC prefix score of ``eos``,
-            Watanabe et al. 2017), is at least this can only take ``eos``: CTC says the input is used up, so
-            the attention decoder cannot run on (its extension scores collapse to ``-inf``). Not applied
-            before the minimum length. 1.0: off (ESPnet). None (default): 0.99 with ``pre_beam: avsr``, off
-            with ``espnet`` and ``espnet_nonbatch``.
-        ctc_maxlen_ratio, ctc_maxlen_margin: the CTC length limit of joint search: the maximum length becomes
-            ``min(maxlen, max(minlen, ceil(ctc_maxlen_ratio * E[|y|]) + ctc_maxlen_margin))``, where
-            ``E[|y|]`` is the expected number of labels of the CTC output
-            (:func:`avsr.decode.ctc_prefix_score.ctc_expected_label_count`): room for the decoder to restore
-            words that CTC missed, but no loop past what the input holds. ``ctc_maxlen_ratio`` 0: off
-            (ESPnet); None (default): 1.5 with ``pre_beam: avsr``, off with ``espnet`` and
-            ``espnet_nonbatch``. ``ctc_maxlen_margin``: tokens, default 2.
-        video_weight, audio_weight: audio-visual input only: the weights of the model's video-only and
-            audio-only views in a final ranking of the fused input's n-best list joined with the video-only
-            view's own (:mod:`avsr.decode.rescore`). Each candidate scores
-            ``s_av + g * (video_weight * s_v + audio_weight * s_a)``, where ``g`` is the utterance's mean
-            audio gate (how far the fused input rests on the audio). None (default): the model's choice
-            (:meth:`avsr.models.AVSRModel.default_view_weights`: 2.5 and 0.75 for a model with an audio gate,
-            else 0 and 0); both 0: no ranking (one search, as ESPnet). Weights > 0 need a model with an audio
-            gate. Audio-only and video-only input ignore them (one view). ``espnet`` search only.
-        search: ``espnet`` (the joint CTC/attention search above, with the options so far) or ``fairseq``
-            (fairseq's ``SequenceGenerator`` as AV-HuBERT decodes: attention only, so ``ctc_weight`` must be
-            0; see :mod:`avsr.decode.fairseq_search`), which uses ``beam_size``, ``nbest`` and:
-        lenpen: fairseq's length penalty: a finished hypothesis scores ``sum log p / len ** lenpen``.
-        max_len_a, max_len_b: fairseq's maximum output length ``int(max_len_a * src_len + max_len_b)``
-            tokens (fairseq's defaults 0 and 200; AV-HuBERT's ``s2s_decode.yaml``: 1.0 and 0).
-        min_len: fairseq's minimum output length (``</s>`` refused before it).
-        unkpen: subtracted from the log-probability of ``<unk>`` (fairseq ``--unkpen``).
-        normalize_scores: divide by ``len ** lenpen`` (fairseq's default; ``--unnormalized`` turns it off).
-
-    Raises:
-        ValueError: a value out of range (named).
-    """
-
-    beam_size: int = 10
-    ctc_weight: float = 0.3
-    penalty: float = 0.0
-    maxlenratio: float = 0.0
-    minlenratio: float = 0.0
-    nbest: int = 1
-    ctc_scoring: str = "partial"
-    pre_beam_ratio: float = 1.5
-    pre_beam: str = "avsr"
-    ctc_end_prob: float | None = None
-    ctc_maxlen_ratio: float | None = None
-    ctc_maxlen_margin: int = 2
-    search: str = "espnet"
-    lenpen: float = 1.0
-    max_len_a: float = 0.0
-    max_len_b: int = 200
-    min_len: int = 1
-    unkpen: float = 0.0
-    normalize_scores: bool = True
-    video_weight: float | None = None
-    audio_weight: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
-        if not 0.0 <= self.ctc_weight <= 1.0:
-            raise ValueError(f"ctc_weight must lie in [0, 1], got {self.ctc_weight}")
-        if not 1 <= self.nbest <= self.beam_size:
-            raise ValueError(f"nbest must lie in [1, beam_size={self.beam_size}], got {self.nbest}")
-        if self.minlenratio < 0:
-            raise ValueError(f"minlenratio must be >= 0, got {self.minlenratio}")
-        if self.ctc_scoring not in ("partial", "full"):
-            raise ValueError(f"ctc_scoring must be 'partial' or 'full', got {self.ctc_scoring!r}")
-        if self.pre_beam_ratio <= 0:
-            raise ValueError(f"pre_beam_ratio must be > 0, got {self.pre_beam_ratio}")
-        if self.pre_beam not in PRE_BEAMS:
-            raise ValueError(f"pre_beam must be one of {PRE_BEAMS}, got {self.pre_beam!r}")
-        if self.ctc_end_prob is not None and not 0.0 < self.ctc_end_prob <= 1.0:
-            raise ValueError(f"ctc_end_prob must lie in (0, 1] (1: off) or be null, got {self.ctc_end_prob}")
-        if self.ctc_maxlen_ratio is not None and not (self.ctc_maxlen_ratio >= 0
-                                                      and math.isfinite(self.ctc_maxlen_ratio)):
-            raise ValueError(f"ctc_maxlen_ratio must be a finite number >= 0 (0: off) or null, "
-                             f"got {self.ctc_maxlen_ratio}")
-        if self.ctc_maxlen_margin < 0:
-            raise ValueError(f"ctc_maxlen_margin must be >= 0, got {self.ctc_maxlen_margin}")
-        if self.search not in ("espnet", "fairseq"):
-            raise ValueError(f"search must be 'espnet' or 'fairseq', got {self.search!r}")
-        if self.search == "fairseq" and self.ctc_weight != 0:
-            raise ValueError(
-                f"search 'fairseq' is attention-only (fairseq's SequenceGenerator): set ctc_weight to 0, "
-                f"got {self.ctc_weight}"
-            )
-        if self.min_len < 0:
-            raise ValueError(f"min_len must be >= 0, got {self.min_len}")
-        for name in ("video_weight", "audio_weight"):
-            weight = getattr(self, name)
-            if weight is not None and not (weight >= 0 and math.isfinite(weight)):
-                raise ValueError(f"{name} must be a finite number >= 0 (or null), got {weight}")
-
-    def ctc_end_rules(self) -> tuple[float, float]:
-        """``(ctc_end_prob, ctc_maxlen_ratio)`` with None resolved: :data:`CTC_END_PROB` and
-        :data:`CTC_MAXLEN_RATIO` with ``pre_beam: avsr``, ``(1.0, 0.0)`` (off, as ESPnet) with ``espnet`` and
-        ``espnet_nonbatch``."""
-        ours = self.pre_beam == "avsr"
-        end = self.ctc_end_prob if self.ctc_end_prob is not None else (CTC_END_PROB if ours else 1.0)
-        ratio = self.ctc_maxlen_ratio if self.ctc_maxlen_ratio is not None else (
-            CTC_MAXLEN_RATIO if ours else 0.0)
-        return end, ratio
-
-    def view_weights(self, default: tuple[float, float]) -> tuple[float, float]:
-        """``(video_weight, audio_weight)``, each ``default``'s where it is None; ``(0, 0)`` for a search
-        other than ``espnet`` (which has no final ranking)."""
-        if self.search != "espnet":
-            return 0.0, 0.0
-        return (self.video_weight if self.video_weight is not None else default[0],
-                self.audio_weight if self.audio_weight is not None else default[1])
-
-    @classmethod
-    def from_yaml(cls, path: str | os.PathLike, **overrides) -> DecodeConfig:
-        """Read a decoding YAML file (its top level holds the fields); ``overrides`` win.
-
-        ``path`` is a file or the name of a shipped decoding configuration: ``"default"`` (joint
-        CTC/attention beam search) or ``"avhubert_s2s"`` (AV-HuBERT's fairseq generator), i.e.
-        ``avsr/conf/decode/<name>.yaml``; an existing file wins over a name (see
-        :func:`avsr.config.config_path`).
-
-        Raises:
-            avsr.config.ConfigError: missing/invalid file or unknown name (the shipped names are listed),
-                unknown key (named with the file), bad value, a field the chosen search does not read
-                (:meth:`from_mapping`).
-        """
-        path = config_path(path, "decode")
-        return cls.from_mapping({**load_yaml(path), **overrides}, str(path))
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any], where: str = "decode options") -> DecodeConfig:
-        """:func:`avsr.config.from_dict` plus :meth:`check_fields` on the keys given.
-
-        Raises:
-            avsr.config.ConfigError: unknown key, bad value, or a key the chosen search ignores (named).
-        """
-        config = from_dict(cls, mapping, where)
-        config.check_fields(mapping, where)
-        return config
-
-    def check_fields(self, keys: Iterable[str], where: str = "decode options") -> None:
-        """Refuse fields that this config's ``search`` does not read (:data:`SEARCH_FIELDS`): setting one
-        would silently change nothing.
-
-        Raises:
-            avsr.config.ConfigError: names the first such field, the search and the file (``where``).
-        """
-        used = SEARCH_FIELDS[self.search]
-        ignored = sorted(k for k in keys if k != "search" and k not in used)
-        if ignored:
-            other = next(s for s in SEARCH_FIELDS if s != self.search)
-            raise ConfigError(
-                f"{where}: {ignored[0]} is not used by search '{self.search}' (it reads {', '.join(used)}); "
-                f"remove it, or set search: {other} if that is the search it belongs to"
-            )
 
 
 def _max_min_lengths(lens: Tensor, cfg: DecodeConfig) -> tuple[Tensor, Tensor]:
@@ -333,7 +123,7 @@ def _pre_beam_ids(att: Tensor, config: DecodeConfig, pre_beam: int, eos: int, bl
 def batch_beam_search(
     memory: Tensor,
     memory_lens: Tensor,
-    config: DecodeConfig,
+    config: SearchConfig,
     *,
     decoder: TransformerDecoder | None,
     ctc_logp: Tensor | None,
@@ -642,14 +432,3 @@ def ctc_greedy_decode(logp: Tensor, lengths: Tensor, blank: int = 0) -> list[lis
     prev = torch.cat([best.new_full((best.size(0), 1), -1), best[:, :-1]], dim=1)
     keep = (best != blank) & (best != prev) & (t[None, :] < lengths.to(best.device)[:, None])
     return [row[m].tolist() for row, m in zip(best, keep)]
-
-
-def load_decode_config(path: str | os.PathLike | None = None, **overrides) -> DecodeConfig:
-    """:meth:`DecodeConfig.from_yaml`, or the defaults with ``overrides`` when ``path`` is None.
-
-    Raises:
-        avsr.config.ConfigError: as :meth:`DecodeConfig.from_yaml` (unknown key or bad value, named).
-    """
-    if path is not None:
-        return DecodeConfig.from_yaml(path, **overrides)
-    return DecodeConfig.from_mapping(overrides, "decode options")

@@ -58,7 +58,7 @@ def fairseq_beam_search(
     Args:
         memory: ``(B, T, D)`` encoder output.
         memory_lens: ``(B,)`` int64 valid frames per utterance, each in ``1..T``.
-        config: a :class:`avsr.decode.beam_search.DecodeConfig` (``beam_size``, ``nbest``, ``lenpen``,
+        config: a :class:`avsr.decode.config.FairseqConfig` (``beam_size``, ``nbest``, ``lenpen``,
             ``max_len_a``, ``max_len_b``, ``min_len``, ``unkpen``, ``normalize_scores``).
         decoder: the attention decoder, in eval mode.
         eos: ``</s>`` (also the first decoder input); pad, unk: ``<pad>`` and ``<unk>`` ids, or None.

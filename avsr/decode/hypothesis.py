@@ -16,7 +16,7 @@ class Hypothesis:
 
     Attributes:
         tokens: token ids without sos/eos (never blank).
-        score: total score (log domain, weighted as in :class:`avsr.decode.beam_search.DecodeConfig`, length
+        score: total score (log domain, weighted as in :class:`avsr.decode.config.DecodeConfig`, length
             bonus included).
         att_score: ``log p_att(tokens + eos)`` (0 when the decoder is not used).
         ctc_score: ``log p_ctc(tokens)`` (0 when CTC is not used).

@@ -1,5 +1,5 @@
 """Sequence scores of given hypotheses, and the ranking of an audio-visual n-best list with the model's
-single-stream views (``video_weight``, ``audio_weight`` of :class:`avsr.decode.beam_search.DecodeConfig`).
+single-stream views (``video_weight``, ``audio_weight`` of :class:`avsr.decode.config.DecodeConfig`).
 
 A hybrid CTC/attention model scores a token sequence ``y`` on an encoder output as the joint beam search does
 at its end (Watanabe et al. 2017, Sec. III-B; ESPnet's ``BeamSearch``):

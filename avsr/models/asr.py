@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,16 +43,16 @@ from avsr.compat.fairseq_avhubert import (
 )
 from avsr.compat.safe_load import CheckpointError
 from avsr.config import ConfigError, check_keys, config_path, from_dict, load_yaml, to_dict
-from avsr.decode.beam_search import DecodeConfig, batch_beam_search
+from avsr.decode.config import SearchConfig, search_config
 from avsr.decode.hypothesis import Hypothesis
-from avsr.decode.rescore import rescore_with_views, sequence_scores
+from avsr.decode.searcher import Searcher
 from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
 from avsr.nn.decoder import TransformerDecoder, TransformerDecoderConfig
 from avsr.nn.precision import fp32_context
 
 __all__ = ["AVSRModel", "AVSRModelConfig", "label_smoothing_loss"]
 
-CONFIG_KEYS = ("vocab_size", "encoder_conf", "decoder_conf", "model_conf", "token_list")
+CONFIG_KEYS = ("vocab_size", "encoder_conf", "decoder_conf", "model_conf", "token_list", "decode_defaults")
 
 #: the streams each training view of an audio-visual batch keeps (``AVSRModelConfig.av_batch_views``);
 #: ``audiovisual_clean`` takes the batch's ``audio_clean`` (the audio without the loader's noise) as audio.
@@ -155,6 +155,10 @@ class AVSRModel(nn.Module):
             (e.g. the fairseq dictionary of a converted model), or None.
         encoder: an already built encoder (ESPnet ``AbsEncoder`` interface: ``forward(xs_pad, ilens) ->
             (hidden, olens, None)``, ``output_size()``) to use instead of building one from ``encoder_conf``.
+        decode_defaults: decoding options that this model decodes with unless told otherwise (e.g.
+            ``{video_weight: 2.5, audio_weight: 0.75}``, the SynthGRID recipe's tuned view weights): a key
+            ``decode_defaults`` of the model configuration, so saved in every checkpoint's ``model_config``
+            (:meth:`default_decode_options`).
 
     Attributes: ``encoder``, ``ctc_lo`` (Linear ``D -> V``, None when ``ctc_weight == 0``), ``decoder``
     (None when ``ctc_weight == 1``), ``sos``, ``eos``, ``blank``, ``pad`` (None in the ESPnet convention),
@@ -179,8 +183,12 @@ class AVSRModel(nn.Module):
         token_list: list[str] | None = None,
         encoder: nn.Module | None = None,
         av_batch_views: tuple[str, ...] | list[str] = ("audiovisual",),
+        decode_defaults: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        #: decoding options over the search's defaults (:meth:`default_decode_options`), from the model
+        #: configuration (and so its checkpoints), e.g. the SynthGRID recipe's tuned view weights
+        self.decode_defaults = dict(decode_defaults or {})
         if vocab_size < 3:
             raise ConfigError(f"vocab_size must be >= 3 (<blank>, a token, <sos/eos>), got {vocab_size}")
         try:
@@ -215,6 +223,7 @@ class AVSRModel(nn.Module):
         self.decoder = None
         if self.ctc_weight < 1:
             self.decoder = TransformerDecoder(vocab_size, d, decoder_conf, position_offset=offset)
+        search_config(self.default_decode_options(), "decode_defaults")  # a bad key fails at build time
 
     @property
     def ctc_weight(self) -> float:
@@ -293,7 +302,7 @@ class AVSRModel(nn.Module):
         try:
             return cls(
                 int(config["vocab_size"]), config.get("encoder_conf"), decoder_conf, **to_dict(model_conf),
-                token_list=config.get("token_list"),
+                token_list=config.get("token_list"), decode_defaults=config.get("decode_defaults"),
             )
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from e
@@ -351,55 +360,27 @@ class AVSRModel(nn.Module):
         with fp32_context(enc.device):
             return torch.log_softmax(self.ctc_lo(enc.float()), dim=-1)
 
-    def search_config(self, config: DecodeConfig | None = None, **overrides: Any) -> DecodeConfig:
-        """``config`` (or :meth:`default_decode_options` when None) with ``overrides`` applied.
+    def search_config(self, config: SearchConfig | None = None, **overrides: Any) -> SearchConfig:
+        """``config`` (or :meth:`default_decode_options` when None) with ``overrides`` applied; the type
+        follows ``search`` (:func:`avsr.decode.config.search_config`).
 
         Raises:
             avsr.config.ConfigError: unknown override, bad value, or a field the search does not read.
         """
         if config is None:
-            return DecodeConfig.from_mapping({**self.default_decode_options(), **overrides})
-        merged = from_dict(DecodeConfig, {**to_dict(config), **overrides}, "decode options")
-        merged.check_fields(overrides)
-        return merged
+            base = self.default_decode_options()
+        else:
+            base = {"search": config.search, **to_dict(config)}
+        return search_config({**base, **overrides}, "decode options")
 
-    @torch.no_grad()
-    def search(self, enc: Tensor, enc_lens: Tensor, config: DecodeConfig, ctc_logp: Tensor | None = None,
-               src_len: int | None = None) -> list[list[Hypothesis]]:
-        """The beam search (:func:`avsr.decode.batch_beam_search`) over an encoder output, in eval mode.
-
-        Args:
-            enc: ``(B, T, D)`` encoder output.  enc_lens: ``(B,)`` int64 valid frames.
-            config: search options (:meth:`search_config`).
-            ctc_logp: ``(B, T, V)`` CTC log-probabilities (:meth:`ctc_log_probs`); computed here when None.
-            src_len: the source length of fairseq's ``max_len_a`` (see :meth:`decode_nbest`); default ``T``.
-
-        Returns:
-            Up to ``nbest`` hypotheses per utterance, best first.
+    def searcher(self, config: SearchConfig | None = None, **overrides: Any) -> Searcher:
+        """A :class:`avsr.decode.searcher.Searcher` of this model with :meth:`search_config`.
 
         Raises:
-            ValueError: ``ctc_weight`` needs a part the model lacks.
+            avsr.config.ConfigError: as :meth:`search_config`; ValueError: a view weight > 0 without an
+                audio gate.
         """
-        was_training = self.training
-        self.eval()
-        try:
-            if ctc_logp is None:
-                ctc_logp = self.ctc_log_probs(enc)
-            return batch_beam_search(
-                enc,
-                enc_lens,
-                config,
-                decoder=self.decoder,
-                ctc_logp=ctc_logp,
-                sos=self.sos,
-                eos=self.eos,
-                blank=self.blank,
-                pad=self.pad,
-                unk=self.unk,
-                src_len=enc.size(1) if src_len is None else src_len,
-            )
-        finally:
-            self.train(was_training)
+        return Searcher(self, self.search_config(config, **overrides))
 
     def _targets(self, ys_pad: Tensor, ys_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Check targets; return ``ys (B, L)`` (padding -> ignore_id), ``ys_in (B, L+1)`` (sos + ys, padded
@@ -522,33 +503,23 @@ class AVSRModel(nn.Module):
         }
         return loss, stats
 
-    def default_view_weights(self) -> tuple[float, float]:
-        """``(video_weight, audio_weight)`` of a search config that leaves them None: (2.5, 0.75) for a model
-        with an audio gate (chosen for the SynthGRID default on festival development data over three seeds,
-        recipes/synthgrid/avsr1/RESULTS.md, "The lips in the final ranking"), else (0, 0) (AV-HuBERT's
-        models: one search, as the original)."""
-        return self.default_view_weights_of(getattr(self.encoder, "audio_gate", None) is not None)
-
-    @staticmethod
-    def default_view_weights_of(audio_gate: bool) -> tuple[float, float]:
-        """:meth:`default_view_weights` of a model with (True) or without an audio gate."""
-        return (2.5, 0.75) if audio_gate else (0.0, 0.0)
-
     def default_decode_options(self) -> dict[str, Any]:
-        """Search options used when :meth:`decode` gets no config: :class:`DecodeConfig`'s defaults
-        (``video_weight``, ``audio_weight`` None: :meth:`default_view_weights` at search time), with
-        ``ctc_weight`` 1.0 for a CTC-only model and 0.0 for an attention-only one; for an attention-only model
-        with fairseq ids (a converted AV-HuBERT seq2seq model), the original's decoding
+        """Search options used when :meth:`decode` gets no config: :class:`avsr.decode.DecodeConfig`'s
+        defaults, with ``ctc_weight`` 1.0 for a CTC-only model and 0.0 for an attention-only one; for an
+        attention-only model with fairseq ids (a converted AV-HuBERT seq2seq model), the original's decoding
         (``avhubert/conf/s2s_decode.yaml``: fairseq's beam search, beam 50, ``max_len_a`` 1.0, ``max_len_b``
-        0, ``lenpen`` 1.0)."""
+        0, ``lenpen`` 1.0); then the model's own ``decode_defaults`` (from its configuration and checkpoint,
+        e.g. tuned view weights) over these."""
         if self.decoder is None:
-            return {"ctc_weight": 1.0}
-        if self.ctc_lo is not None:
-            return {}
-        if self.conf.token_convention == "fairseq":
-            return {"search": "fairseq", "ctc_weight": 0.0, "beam_size": 50, "max_len_a": 1.0, "max_len_b": 0,
+            base: dict[str, Any] = {"ctc_weight": 1.0}
+        elif self.ctc_lo is not None:
+            base = {}
+        elif self.conf.token_convention == "fairseq":
+            base = {"search": "fairseq", "ctc_weight": 0.0, "beam_size": 50, "max_len_a": 1.0, "max_len_b": 0,
                     "lenpen": 1.0}
-        return {"ctc_weight": 0.0}
+        else:
+            base = {"ctc_weight": 0.0}
+        return {**base, **self.decode_defaults}
 
     @torch.no_grad()
     def decode_nbest(
@@ -556,7 +527,7 @@ class AVSRModel(nn.Module):
         audio: Tensor | None,
         video: Tensor | None,
         lengths: Tensor,
-        config: DecodeConfig | None = None,
+        config: SearchConfig | None = None,
         **overrides: Any,
     ) -> list[list[Hypothesis]]:
         """Joint CTC/attention beam search (:func:`avsr.decode.batch_beam_search`) in eval mode.
@@ -583,86 +554,24 @@ class AVSRModel(nn.Module):
         audio: Tensor | None,
         video: Tensor | None,
         lengths: Tensor,
-        config: DecodeConfig,
+        config: SearchConfig,
         video_features: Tensor | None = None,
     ) -> tuple[list[list[Hypothesis]], Tensor | None, Tensor]:
         """:meth:`decode_nbest` that also returns what word timings need: ``(hypotheses, ctc_logp (B, T, V)
-        float32 or None without a CTC head, enc_lens (B,))``. ``video_features`` as :meth:`encode`.
+        float32 or None without a CTC head, enc_lens (B,))`` (:meth:`avsr.decode.searcher.Searcher.decode`,
+        including the ranking of audio-visual hypotheses with the single-stream views).
+        ``video_features`` as :meth:`encode`.
 
-        With both streams and a ``video_weight`` or ``audio_weight`` above 0 (:meth:`view_weights`) the
-        hypotheses are ranked with the single-stream views too: the video-only view is searched as well (when
-        its weight is above 0), and the candidates of both searches score ``s_av + g * (video_weight * s_v +
-        audio_weight * s_a)`` (:func:`avsr.decode.rescore.rescore_with_views`; ``g``: the utterance's mean
-        audio gate, :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`); ``ctc_logp`` is the fused view's.
-
-        Raises: as :meth:`decode_nbest`, and ValueError from :meth:`view_weights`.
+        Raises: as :meth:`decode_nbest`, and ValueError for a view weight > 0 without an audio gate.
         """
-        was_training = self.training
-        self.eval()
-        try:
-            weights = self.view_weights(config) if audio is not None and (
-                video is not None or video_features is not None) else (0.0, 0.0)
-            if max(weights) > 0 and video_features is None:  # computed once for every view
-                video_features, video = self.encoder.encode_video(video, lengths), None
-            enc, enc_lens = self.encode(audio, video, lengths, video_features)
-            ctc_logp = self.ctc_log_probs(enc)
-            # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
-            # (B, F, T) audio -- when audio is given, else the padded frame count (only max_len_a uses it)
-            src_len = audio.shape[1] if audio is not None else enc.size(1)
-            if max(weights) == 0:
-                return self.search(enc, enc_lens, config, ctc_logp, src_len), ctc_logp, enc_lens
-            return self._rescored(audio, video_features, lengths, config, weights, enc, enc_lens, ctc_logp,
-                                  src_len), ctc_logp, enc_lens
-        finally:
-            self.train(was_training)
-
-    def view_weights(self, config: DecodeConfig) -> tuple[float, float]:
-        """``(video_weight, audio_weight)`` of ``config``, each from :meth:`default_view_weights` where it is
-        None; ``(0, 0)`` for the fairseq search.
-
-        Raises:
-            ValueError: a weight > 0 for a model without an audio gate (names the key).
-        """
-        weights = config.view_weights(self.default_view_weights())
-        if max(weights) > 0 and getattr(self.encoder, "audio_gate", None) is None:
-            name, value = ("video_weight", weights[0]) if weights[0] > 0 else ("audio_weight", weights[1])
-            raise ValueError(f"{name} {value:g} needs a model with an audio gate (encoder_conf.audio_gate: "
-                             f"true); set {name}: 0 for this model")
-        return weights
-
-    def _rescored(self, audio: Tensor, video_features: Tensor, lengths: Tensor, config: DecodeConfig,
-                  weights: tuple[float, float], enc: Tensor, enc_lens: Tensor, ctc_logp: Tensor | None,
-                  src_len: int) -> list[list[Hypothesis]]:
-        """The fused input's beam search and, with a video weight, the video-only view's (``beam_size``
-        hypotheses each), ranked with the single-stream views' scores
-        (:func:`avsr.decode.rescore.rescore_with_views`)."""
-        wide = replace(config, nbest=config.beam_size)
-        lists = [self.search(enc, enc_lens, wide, ctc_logp, src_len)]
-        gate = self.encoder.audio_gate_mean(audio, video_features, lengths).float()
-        ids = {"decoder": self.decoder, "ctc_weight": config.ctc_weight, "sos": self.sos, "eos": self.eos,
-               "blank": self.blank}
-
-        def scorer(e: Tensor, logp: Tensor | None):
-            return lambda cands, index: sequence_scores(cands, index, e, enc_lens, ctc_logp=logp, **ids)
-
-        views = []
-        if weights[0] > 0:
-            enc_v, _ = self.encode(None, None, lengths, video_features)
-            ctc_v = self.ctc_log_probs(enc_v)
-            lists.append(self.search(enc_v, enc_lens, wide, ctc_v, src_len))
-            views.append((weights[0] * gate, scorer(enc_v, ctc_v)))
-        if weights[1] > 0:
-            enc_a, _ = self.encode(audio, None, lengths)
-            views.append((weights[1] * gate, scorer(enc_a, self.ctc_log_probs(enc_a))))
-        return rescore_with_views(lists, scorer(enc, ctc_logp), views, penalty=config.penalty,
-                                  nbest=config.nbest)
+        return Searcher(self, config).decode(audio, video, lengths, video_features)
 
     def decode(
         self,
         audio: Tensor | None,
         video: Tensor | None,
         lengths: Tensor,
-        config: DecodeConfig | None = None,
+        config: SearchConfig | None = None,
         **overrides: Any,
     ) -> list[list[int]]:
         """Best hypothesis per utterance: token ids without sos/eos/blank (``[]`` if the search found none).

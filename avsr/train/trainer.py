@@ -48,7 +48,7 @@ from avsr.train.curves import TrainingCurves
 logger = logging.getLogger("avsr.train")
 
 #: keys of a training YAML file that configure the model rather than the loop.
-MODEL_KEYS = ("encoder_conf", "decoder_conf", "model_conf", "pretrain_conf")
+MODEL_KEYS = ("encoder_conf", "decoder_conf", "model_conf", "pretrain_conf", "decode_defaults")
 
 #: batch entries passed to a model that does not name its own (``batch_keys``): AVSRModel's arguments.
 ASR_BATCH_KEYS = ("audio", "video", "lengths", "ys_pad", "ys_lens")
@@ -243,13 +243,19 @@ def load_train_config(path: str | os.PathLike) -> tuple[TrainConfig, dict]:
     ``path`` is a file or the name of a shipped training configuration (``"avsr_synthgrid_cpu"``: a file of
     ``avsr/conf/{train,pretrain,finetune}``; an existing file wins, see :func:`avsr.config.config_path`).
 
+    The model must be described: ``encoder_conf`` in the training YAML or in its ``model_config`` (an empty
+    YAML, or one without a model section, would otherwise train the defaults of every setting, a
+    159M-parameter model nobody asked for).
+
     Raises:
         ConfigError: an unknown key (named, with the file), a missing model YAML, an unknown name (the shipped
-            names are listed).
+            names are listed), no model section (neither ``model_config`` nor ``encoder_conf``; the file and
+            the missing keys named).
     """
     path = config_path(path, TRAIN_KINDS)
     data = load_yaml(path)
     model_part: dict = {}
+    model_path = None
     if "model_config" in data:
         model_path = path.resolve().parent / str(data.pop("model_config"))
         base = load_yaml(model_path)
@@ -260,6 +266,12 @@ def load_train_config(path: str | os.PathLike) -> tuple[TrainConfig, dict]:
             model_part[k] = {**model_part.get(k, {}), **(data.pop(k) or {})}
     cfg = from_dict(TrainConfig, data, where=str(path))
     cfg.betas = tuple(cfg.betas)
+    if "encoder_conf" not in model_part:
+        where = f"{path} (and its model_config {model_path})" if model_path is not None else str(path)
+        raise ConfigError(
+            f"{where}: no model section: encoder_conf is missing; name a model YAML with model_config "
+            "(e.g. model_config: ../model/avsr_synthgrid_cpu.yaml) or give encoder_conf (and decoder_conf, "
+            "model_conf or pretrain_conf); without it the default 159M-parameter model would be trained")
     return cfg, model_part
 
 

@@ -1,0 +1,281 @@
+"""Decoding configurations: one type per search, and the reader that picks the type from ``search:``.
+
+* :class:`DecodeConfig` (``search: espnet``, the default): the batched joint CTC/attention beam search
+  (:class:`avsr.decode.beam_search.JointSearch`) and the final ranking of audio-visual hypotheses with the
+  model's single-stream views (:class:`avsr.decode.searcher.Searcher`);
+* :class:`FairseqConfig` (``search: fairseq``): fairseq's ``SequenceGenerator`` as AV-HuBERT decodes
+  (:func:`avsr.decode.fairseq_search.fairseq_beam_search`).
+
+Each holds only what its search reads: a decoding YAML that sets a field of the other search is refused with
+the field, the file and the search it belongs to named (:func:`search_config`), since it would change nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Union
+
+from avsr.config import ConfigError, config_path, from_dict, load_yaml
+
+__all__ = ["DecodeConfig", "FairseqConfig", "SearchConfig", "SEARCHES", "search_config", "load_decode_config"]
+
+#: values of ``DecodeConfig.pre_beam``.
+PRE_BEAMS = ("avsr", "espnet", "espnet_nonbatch")
+#: what ``ctc_end_prob`` and ``ctc_maxlen_ratio`` of None mean with ``pre_beam: avsr`` (ESPnet's modes: off).
+CTC_END_PROB = 0.99
+CTC_MAXLEN_RATIO = 1.5
+
+
+class _Readers:
+    """The readers shared by the configuration types; each returns the type that ``search:`` names."""
+
+    @staticmethod
+    def from_yaml(path: str | os.PathLike, **overrides: Any) -> SearchConfig:
+        """:func:`load_decode_config` of ``path`` (the type follows its ``search:``)."""
+        return load_decode_config(path, **overrides)
+
+    @staticmethod
+    def from_mapping(mapping: Mapping[str, Any], where: str = "decode options") -> SearchConfig:
+        """:func:`search_config` of ``mapping``."""
+        return search_config(mapping, where)
+
+
+@dataclass
+class DecodeConfig(_Readers):
+    """Options of the joint CTC/attention search (:class:`avsr.decode.beam_search.JointSearch`; ESPnet
+    ``asr_inference`` names), ``search: espnet`` in a decoding YAML. The fairseq search has its own type,
+    :class:`FairseqConfig`.
+
+    Attributes:
+        beam_size: hypotheses kept per utterance.
+        ctc_weight: weight of the CTC prefix score; 1.0 = CTC prefix search alone (no decoder needed),
+            0.0 = attention alone (no CTC head needed).
+        penalty: length bonus added per emitted token (``eos`` included).
+        maxlenratio: maximum output length: 0 -> the encoder length ``T`` (and end detection is on);
+            > 0 -> ``max(1, int(maxlenratio * T))``; < 0 -> ``-int(maxlenratio)`` tokens; in joint search
+            the CTC length limit (``ctc_maxlen_ratio``) may lower it.
+        minlenratio: minimum output length ``int(minlenratio * T)``; ``eos`` is refused before it.
+        nbest: hypotheses returned per utterance (at most ``beam_size``).
+        ctc_scoring: "partial" (CTC scores the pre-beam of the attention decoder, plus eos) or "full"
+            (the whole vocabulary). CTC-only decoding always scores the whole vocabulary.
+        pre_beam_ratio: pre-beam size = ``int(pre_beam_ratio * beam_size)`` for partial scoring.
+        pre_beam: how partial scoring picks the tokens that CTC scores, from the attention scores of each
+            running hypothesis:
+
+            * ``avsr`` (default): the ``pre_beam`` best tokens other than ``eos`` and blank, plus ``eos``
+              (so every hypothesis can always end, and no pre-beam slot goes to blank, which is never
+              emitted);
+            * ``espnet``: as ESPnet's ``BatchBeamSearch`` (the search of ``Speech2Text`` and
+              ``asr_inference``): the ``pre_beam`` best of the whole vocabulary ranked by ESPnet's
+              weighted full scores ``(1 - ctc_weight) * att + penalty`` -- ``eos`` and blank included, so
+              they can take pre-beam slots -- and ``eos`` always (ESPnet's ``CTCPrefixScoreTH`` gives
+              ``eos`` its CTC score whether or not it is in the pre-beam); blank is refused (ESPnet scores
+              it ``-1e10``);
+            * ``espnet_nonbatch``: as ESPnet's ``BeamSearch`` (the class ESPnet falls back to when a
+              scorer has no batch interface): the same pre-beam, and ``eos`` is a candidate only when it
+              is in the pre-beam -- or at the maximum length, where only ``eos`` is (ESPnet appends it
+              there unscored, avsr scores it, as in every mode).
+
+            With the same weights and settings, ``espnet`` and ``espnet_nonbatch`` give the hypotheses of
+            ESPnet's two classes (``benchmarks/bench_vs_espnet.py`` checks this against the installed
+            ESPnet). Full scoring and CTC-only or attention-only search do not use a pre-beam.
+        ctc_end_prob: the CTC end gate of joint search (``0 < ctc_weight < 1``): a running hypothesis ``g``
+            whose CTC probability of being complete, ``p_ctc(g) / psi(g)`` (the CTC prefix score of ``eos``,
+            Watanabe et al. 2017), is at least this can only take ``eos``: CTC says the input is used up, so
+            the attention decoder cannot run on (its extension scores collapse to ``-inf``). Not applied
+            before the minimum length. 1.0: off (ESPnet). None (default): 0.99 with ``pre_beam: avsr``, off
+            with ``espnet`` and ``espnet_nonbatch``.
+        ctc_maxlen_ratio, ctc_maxlen_margin: the CTC length limit of joint search: the maximum length becomes
+            ``min(maxlen, max(minlen, ceil(ctc_maxlen_ratio * E[|y|]) + ctc_maxlen_margin))``, where
+            ``E[|y|]`` is the expected number of labels of the CTC output
+            (:func:`avsr.decode.ctc_prefix_score.ctc_expected_label_count`): room for the decoder to restore
+            words that CTC missed, but no loop past what the input holds. ``ctc_maxlen_ratio`` 0: off
+            (ESPnet); None (default): 1.5 with ``pre_beam: avsr``, off with ``espnet`` and
+            ``espnet_nonbatch``. ``ctc_maxlen_margin``: tokens, default 2.
+        video_weight, audio_weight: audio-visual input only: the weights of the model's video-only and
+            audio-only views in a final ranking of the fused input's n-best list joined with the video-only
+            view's own (:mod:`avsr.decode.rescore`). Each candidate scores
+            ``s_av + g * (video_weight * s_v + audio_weight * s_a)``, where ``g`` is the utterance's mean
+            audio gate (how far the fused input rests on the audio). None (default): the model's
+            ``decode_defaults`` (recorded in its checkpoint from the training YAML's ``decode_defaults``: the
+            SynthGRID recipe's tuned 2.5 and 0.75), else 0; both 0: no ranking (one search, as ESPnet).
+            Weights > 0 need a model with an audio gate. Audio-only and video-only input ignore them (one
+            view).
+
+    Raises:
+        ValueError: a value out of range (named).
+    """
+
+    search: ClassVar[str] = "espnet"
+
+    beam_size: int = 10
+    ctc_weight: float = 0.3
+    penalty: float = 0.0
+    maxlenratio: float = 0.0
+    minlenratio: float = 0.0
+    nbest: int = 1
+    ctc_scoring: str = "partial"
+    pre_beam_ratio: float = 1.5
+    pre_beam: str = "avsr"
+    ctc_end_prob: float | None = None
+    ctc_maxlen_ratio: float | None = None
+    ctc_maxlen_margin: int = 2
+    video_weight: float | None = None
+    audio_weight: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if not 0.0 <= self.ctc_weight <= 1.0:
+            raise ValueError(f"ctc_weight must lie in [0, 1], got {self.ctc_weight}")
+        if not 1 <= self.nbest <= self.beam_size:
+            raise ValueError(f"nbest must lie in [1, beam_size={self.beam_size}], got {self.nbest}")
+        if self.minlenratio < 0:
+            raise ValueError(f"minlenratio must be >= 0, got {self.minlenratio}")
+        if self.ctc_scoring not in ("partial", "full"):
+            raise ValueError(f"ctc_scoring must be 'partial' or 'full', got {self.ctc_scoring!r}")
+        if self.pre_beam_ratio <= 0:
+            raise ValueError(f"pre_beam_ratio must be > 0, got {self.pre_beam_ratio}")
+        if self.pre_beam not in PRE_BEAMS:
+            raise ValueError(f"pre_beam must be one of {PRE_BEAMS}, got {self.pre_beam!r}")
+        if self.ctc_end_prob is not None and not 0.0 < self.ctc_end_prob <= 1.0:
+            raise ValueError(f"ctc_end_prob must lie in (0, 1] (1: off) or be null, got {self.ctc_end_prob}")
+        if self.ctc_maxlen_ratio is not None and not (self.ctc_maxlen_ratio >= 0
+                                                      and math.isfinite(self.ctc_maxlen_ratio)):
+            raise ValueError(f"ctc_maxlen_ratio must be a finite number >= 0 (0: off) or null, "
+                             f"got {self.ctc_maxlen_ratio}")
+        if self.ctc_maxlen_margin < 0:
+            raise ValueError(f"ctc_maxlen_margin must be >= 0, got {self.ctc_maxlen_margin}")
+        for name in ("video_weight", "audio_weight"):
+            weight = getattr(self, name)
+            if weight is not None and not (weight >= 0 and math.isfinite(weight)):
+                raise ValueError(f"{name} must be a finite number >= 0 (or null), got {weight}")
+
+    def ctc_end_rules(self) -> tuple[float, float]:
+        """``(ctc_end_prob, ctc_maxlen_ratio)`` with None resolved: :data:`CTC_END_PROB` and
+        :data:`CTC_MAXLEN_RATIO` with ``pre_beam: avsr``, ``(1.0, 0.0)`` (off, as ESPnet) with ``espnet`` and
+        ``espnet_nonbatch``."""
+        ours = self.pre_beam == "avsr"
+        end = self.ctc_end_prob if self.ctc_end_prob is not None else (CTC_END_PROB if ours else 1.0)
+        ratio = self.ctc_maxlen_ratio if self.ctc_maxlen_ratio is not None else (
+            CTC_MAXLEN_RATIO if ours else 0.0)
+        return end, ratio
+
+    def view_weights(self, default: tuple[float, float]) -> tuple[float, float]:
+        """``(video_weight, audio_weight)``, each ``default``'s where it is None."""
+        return (self.video_weight if self.video_weight is not None else default[0],
+                self.audio_weight if self.audio_weight is not None else default[1])
+
+
+
+@dataclass
+class FairseqConfig(_Readers):
+    """Options of fairseq's beam search as AV-HuBERT decodes (``search: fairseq``;
+    :func:`avsr.decode.fairseq_search.fairseq_beam_search`, fairseq's ``SequenceGenerator`` with
+    ``search.BeamSearch``): attention only.
+
+    Attributes:
+        beam_size: hypotheses kept per utterance.
+        ctc_weight: must be 0 (fairseq's generator has no CTC); accepted so that one key means the same in
+            every decoding YAML.
+        nbest: hypotheses returned per utterance (at most ``beam_size``).
+        lenpen: fairseq's length penalty: a finished hypothesis scores ``sum log p / len ** lenpen``.
+        max_len_a, max_len_b: fairseq's maximum output length ``int(max_len_a * src_len + max_len_b)``
+            tokens (fairseq's defaults 0 and 200; AV-HuBERT's ``s2s_decode.yaml``: 1.0 and 0).
+        min_len: fairseq's minimum output length (``</s>`` refused before it).
+        unkpen: subtracted from the log-probability of ``<unk>`` (fairseq ``--unkpen``).
+        normalize_scores: divide by ``len ** lenpen`` (fairseq's default; ``--unnormalized`` turns it off).
+
+    Raises:
+        ValueError: a value out of range (named).
+    """
+
+    search: ClassVar[str] = "fairseq"
+
+    beam_size: int = 10
+    ctc_weight: float = 0.0
+    nbest: int = 1
+    lenpen: float = 1.0
+    max_len_a: float = 0.0
+    max_len_b: int = 200
+    min_len: int = 1
+    unkpen: float = 0.0
+    normalize_scores: bool = True
+
+    def __post_init__(self) -> None:
+        if self.beam_size < 1:
+            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        if not 1 <= self.nbest <= self.beam_size:
+            raise ValueError(f"nbest must lie in [1, beam_size={self.beam_size}], got {self.nbest}")
+        if self.ctc_weight != 0:
+            raise ValueError(
+                f"search 'fairseq' is attention-only (fairseq's SequenceGenerator): set ctc_weight to 0, "
+                f"got {self.ctc_weight}"
+            )
+        if self.min_len < 0:
+            raise ValueError(f"min_len must be >= 0, got {self.min_len}")
+
+    def view_weights(self, default: tuple[float, float]) -> tuple[float, float]:
+        """``(0, 0)``: the fairseq search has no final ranking with the views."""
+        return 0.0, 0.0
+
+
+
+#: a decoding configuration of either search.
+SearchConfig = Union[DecodeConfig, FairseqConfig]  # noqa: UP007 (a runtime alias, also on Python 3.10)
+
+#: the configuration type of each ``search:`` value.
+SEARCHES: dict[str, type] = {"espnet": DecodeConfig, "fairseq": FairseqConfig}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def search_config(mapping: Mapping[str, Any] | None, where: str = "decode options") -> SearchConfig:
+    """The configuration of the search that ``mapping["search"]`` names (``espnet`` when absent), built from
+    the other keys (:func:`avsr.config.from_dict`: types checked, unknown keys refused).
+
+    Args:
+        mapping: decoding options, e.g. a decoding YAML's top level.
+        where: what the options come from, for messages (a file path).
+
+    Raises:
+        avsr.config.ConfigError: an unknown search; a key of the other search (named with the search it
+            belongs to, and that search's fields); an unknown key or a bad value (named).
+    """
+    options = dict(mapping or {})
+    name = options.pop("search", "espnet")
+    if name not in SEARCHES:
+        raise ConfigError(f"{where}: search must be one of {list(SEARCHES)}, got {name!r}")
+    cls = SEARCHES[name]
+    used = _field_names(cls)
+    for other, other_cls in SEARCHES.items():
+        foreign = sorted(k for k in options if k not in used and k in _field_names(other_cls))
+        if other != name and foreign:
+            raise ConfigError(
+                f"{where}: {foreign[0]} is not used by search '{name}' (it reads {', '.join(used)}); "
+                f"remove it, or set search: {other} if that is the search it belongs to"
+            )
+    return from_dict(cls, options, where)
+
+
+def load_decode_config(path: str | os.PathLike | None = None, **overrides: Any) -> SearchConfig:
+    """Read a decoding YAML file (its top level holds the fields; ``overrides`` win), or the defaults with
+    ``overrides`` when ``path`` is None; the type follows ``search:`` (:func:`search_config`).
+
+    ``path`` is a file or the name of a shipped decoding configuration: ``"default"`` (joint CTC/attention
+    beam search) or ``"avhubert_s2s"`` (AV-HuBERT's fairseq generator), i.e. ``avsr/conf/decode/<name>.yaml``;
+    an existing file wins over a name (see :func:`avsr.config.config_path`).
+
+    Raises:
+        avsr.config.ConfigError: missing/invalid file or unknown name (the shipped names are listed), unknown
+            key (named with the file), bad value, a field the chosen search does not read.
+    """
+    if path is None:
+        return search_config(overrides, "decode options")
+    path = config_path(path, "decode")
+    return search_config({**load_yaml(path), **overrides}, str(path))

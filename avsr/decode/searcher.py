@@ -1,0 +1,160 @@
+"""The searcher: one decoding configuration applied to one model, from its inputs to ranked hypotheses.
+
+:class:`Searcher` owns everything that happens after the encoder: the beam search of the configuration's type
+(:func:`avsr.decode.beam_search.batch_beam_search`: the joint CTC/attention search or fairseq's) and, for
+audio-visual input of a model with an audio gate, the final ranking with the model's single-stream views
+(:mod:`avsr.decode.rescore`): the fused input's n-best list joined with the video-only view's own, each
+candidate scored ``s_av + g * (video_weight * s_v + audio_weight * s_a)`` (``g``: the utterance's mean audio
+gate, :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`).
+
+The view weights come from the configuration; where it leaves them None, from the model's ``decode_defaults``
+(a mapping of decoding options that the model configuration carries into its checkpoints, e.g. the SynthGRID
+recipe's tuned weights), else 0 (one search, as ESPnet and the original AV-HuBERT). No weight is a constant of
+the model class.
+
+The model is any object with the parts of :class:`avsr.models.AVSRModel` that decoding reads: ``encode``,
+``ctc_log_probs``, ``decoder``, the token ids ``sos``, ``eos``, ``blank``, ``pad``, ``unk``, and an
+``encoder`` with ``encode_video`` and ``audio_gate_mean`` (for the views); so this module does not import
+the models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from avsr.decode.beam_search import batch_beam_search
+from avsr.decode.config import SearchConfig
+from avsr.decode.hypothesis import Hypothesis
+from avsr.decode.rescore import rescore_with_views, sequence_scores
+
+__all__ = ["Searcher"]
+
+
+class Searcher:
+    """Decode with ``config`` on ``model``: the beam search and the ranking with the views (see the module).
+
+    Args:
+        model: an :class:`avsr.models.AVSRModel` (or an object with the same decoding parts).
+        config: a :class:`avsr.decode.config.DecodeConfig` or :class:`avsr.decode.config.FairseqConfig`.
+
+    Attributes:
+        view_weights: ``(video_weight, audio_weight)`` used for audio-visual input (``(0, 0)``: one search).
+
+    Raises:
+        ValueError: a view weight > 0 for a model without an audio gate (names the key and where it came
+            from).
+    """
+
+    def __init__(self, model: Any, config: SearchConfig) -> None:
+        self.model, self.config = model, config
+        defaults = getattr(model, "decode_defaults", None) or {}
+        default = (float(defaults.get("video_weight") or 0.0), float(defaults.get("audio_weight") or 0.0))
+        self.view_weights = config.view_weights(default)
+        if max(self.view_weights) > 0 and getattr(model.encoder, "audio_gate", None) is None:
+            i = 0 if self.view_weights[0] > 0 else 1
+            name = ("video_weight", "audio_weight")[i]
+            raise ValueError(f"{name} {self.view_weights[i]:g} needs a model with an audio gate "
+                             f"(encoder_conf.audio_gate: true); set {name}: 0 for this model")
+
+    @torch.no_grad()
+    def search(self, enc: Tensor, enc_lens: Tensor, ctc_logp: Tensor | None = None,
+               src_len: int | None = None, config: SearchConfig | None = None) -> list[list[Hypothesis]]:
+        """The beam search over an encoder output, with the model in eval mode.
+
+        Args:
+            enc: ``(B, T, D)`` float encoder output.  enc_lens: ``(B,)`` int64 valid frames.
+            ctc_logp: ``(B, T, V)`` float32 CTC log-probabilities; computed here when None.
+            src_len: the source length of fairseq's ``max_len_a``; default ``T``.
+            config: another configuration than the searcher's (the views' wider search).
+
+        Returns:
+            Up to ``nbest`` hypotheses per utterance, best first.
+
+        Raises:
+            ValueError: ``ctc_weight`` needs a part the model lacks.
+        """
+        model = self.model
+        was_training = model.training
+        model.eval()
+        try:
+            if ctc_logp is None:
+                ctc_logp = model.ctc_log_probs(enc)
+            return batch_beam_search(
+                enc, enc_lens, config or self.config, decoder=model.decoder, ctc_logp=ctc_logp, sos=model.sos,
+                eos=model.eos, blank=model.blank, pad=model.pad, unk=model.unk,
+                src_len=enc.size(1) if src_len is None else src_len,
+            )
+        finally:
+            model.train(was_training)
+
+    @torch.no_grad()
+    def decode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor,
+               video_features: Tensor | None = None) -> tuple[list[list[Hypothesis]], Tensor | None, Tensor]:
+        """Encode the inputs and search; with both streams and a view weight above 0, rank with the views.
+
+        Args:
+            audio: ``(B, 104, T)`` float audio features at 25 Hz, or None.
+            video: ``(B, 1, T, 88, 88)`` float video, or None (or given as ``video_features``).
+            lengths: ``(B,)`` int64 valid frames.
+            video_features: ``(B, D, T)`` the video front-end's output, when already computed.
+
+        Returns:
+            ``(hypotheses, ctc_logp, enc_lens)``: up to ``nbest`` hypotheses per utterance, best first;
+            the fused view's ``(B, T, V)`` float32 CTC log-probabilities (None without a CTC head); ``(B,)``
+            encoder lengths (word timings need the last two).
+
+        Raises:
+            ValueError: inputs the encoder refuses, or a part the search needs is missing.
+        """
+        model = self.model
+        was_training = model.training
+        model.eval()
+        try:
+            both = audio is not None and (video is not None or video_features is not None)
+            weights = self.view_weights if both else (0.0, 0.0)
+            if max(weights) > 0 and video_features is None:  # computed once for every view
+                video_features, video = model.encoder.encode_video(video, lengths), None
+            enc, enc_lens = model.encode(audio, video, lengths, video_features)
+            ctc_logp = model.ctc_log_probs(enc)
+            # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
+            # (B, F, T) audio -- when audio is given, else the padded frame count (only max_len_a uses it)
+            src_len = audio.shape[1] if audio is not None else enc.size(1)
+            if max(weights) == 0:
+                return self.search(enc, enc_lens, ctc_logp, src_len), ctc_logp, enc_lens
+            hyps = self._ranked_with_views(audio, video_features, lengths, weights, enc, enc_lens, ctc_logp,
+                                           src_len)
+            return hyps, ctc_logp, enc_lens
+        finally:
+            model.train(was_training)
+
+    def _ranked_with_views(self, audio: Tensor, video_features: Tensor, lengths: Tensor,
+                           weights: tuple[float, float], enc: Tensor, enc_lens: Tensor,
+                           ctc_logp: Tensor | None, src_len: int) -> list[list[Hypothesis]]:
+        """The fused input's beam search and, with a video weight, the video-only view's (``beam_size``
+        hypotheses each), ranked with the single-stream views' scores
+        (:func:`avsr.decode.rescore.rescore_with_views`)."""
+        model, config = self.model, self.config
+        wide = replace(config, nbest=config.beam_size)
+        lists = [self.search(enc, enc_lens, ctc_logp, src_len, wide)]
+        gate = model.encoder.audio_gate_mean(audio, video_features, lengths).float()
+        ids = {"decoder": model.decoder, "ctc_weight": config.ctc_weight, "sos": model.sos, "eos": model.eos,
+               "blank": model.blank}
+
+        def scorer(e: Tensor, logp: Tensor | None):
+            return lambda cands, index: sequence_scores(cands, index, e, enc_lens, ctc_logp=logp, **ids)
+
+        views = []
+        if weights[0] > 0:
+            enc_v, _ = model.encode(None, None, lengths, video_features)
+            ctc_v = model.ctc_log_probs(enc_v)
+            lists.append(self.search(enc_v, enc_lens, ctc_v, src_len, wide))
+            views.append((weights[0] * gate, scorer(enc_v, ctc_v)))
+        if weights[1] > 0:
+            enc_a, _ = model.encode(audio, None, lengths)
+            views.append((weights[1] * gate, scorer(enc_a, model.ctc_log_probs(enc_a))))
+        return rescore_with_views(lists, scorer(enc, ctc_logp), views, penalty=config.penalty,
+                                  nbest=config.nbest)
