@@ -12,6 +12,11 @@ English accent; :func:`ipa_to_phones` maps it onto festival's US English phone s
 :mod:`avsr.data.synthgrid.visemes` knows (a diphthong without a US counterpart, e.g. RP /iə/, becomes two
 phones sharing its duration).
 
+The library keeps state from one utterance to the next (the phase of its glottal source, its noise
+generator): the same request said twice in one process gives different samples. Every utterance is therefore
+synthesised in a child process forked for it (:func:`_speak_isolated`), in which the library is loaded and
+initialised afresh, so that an utterance's audio depends on the request alone (about 10 ms of overhead).
+
 The waveform is resampled to 16 kHz with the speaker's tape factor (as for festival voices), and 0.2 s of
 silence (a ``pau`` segment) is added before and after the speech: eSpeak starts speaking within 15 ms and
 stops within 10 ms of the end, where festival voices have about 0.2 s of pause, so the mouth starts and ends
@@ -22,7 +27,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import functools
+import os
+import pickle
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,9 +126,43 @@ class _Library:
         return wav, self.events
 
 
-@functools.cache
-def _library() -> _Library:
-    return _Library()
+def _speak_isolated(voice: str, text: str, wpm: int, pitch: int, pitch_range: int):
+    """:meth:`_Library.speak` in a forked child with a freshly initialised library.
+
+    Returns:
+        ``(int16 samples, events, sample rate)``.
+
+    Raises:
+        EspeakError: the child failed (its error message) or died.
+    """
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns
+        status = 0
+        try:
+            os.close(read_fd)
+            try:
+                lib = _Library()
+                wav, events = lib.speak(voice, text, wpm, pitch, pitch_range)
+                payload = pickle.dumps(("ok", wav.tobytes(), events, lib.rate))
+            except Exception as exc:  # reported to the parent
+                payload = pickle.dumps(("error", str(exc), None, None))
+            with os.fdopen(write_fd, "wb") as out:
+                out.write(payload)
+        except BaseException:
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as inp:
+        data = inp.read()
+    _, status = os.waitpid(pid, 0)
+    if not data or status != 0:
+        raise EspeakError(f"the eSpeak NG child process failed (wait status {status})")
+    kind, wav, events, rate = pickle.loads(data)
+    if kind != "ok":
+        raise EspeakError(wav)
+    return np.frombuffer(wav, dtype=np.int16), events, rate
 
 
 def espeak_available() -> bool:
@@ -140,7 +180,7 @@ def installed_variants(root: Path = ESPEAK_DATA) -> list[str]:
 _CONSONANTS = {
     "p": "p", "b": "b", "t": "t", "d": "d", "k": "k", "ɡ": "g", "g": "g", "m": "m", "n": "n", "ŋ": "ng",
     "f": "f", "v": "v", "θ": "th", "ð": "dh", "s": "s", "z": "z", "ʃ": "sh", "ʒ": "zh", "tʃ": "ch",
-    "dʒ": "jh", "h": "hh", "ɹ": "r", "r": "r", "ɾ": "dx", "ɻ": "r", "l": "l", "ɫ": "l", "w": "w", "ʍ": "w",
+    "dʒ": "jh", "h": "hh", "ɹ": "r", "r": "r", "ɾ": "d", "ɻ": "r", "l": "l", "ɫ": "l", "w": "w", "ʍ": "w",
     "j": "y", "ʔ": "hh", "x": "hh", "ç": "hh",
 }  # fmt: skip
 #: single vowels; ``e`` and ``o`` are the long monophthongs of FACE and GOAT in northern and Scottish accents
@@ -296,16 +336,15 @@ def synthesize(name: str, text: str, voice: EspeakVoice, tape: float = 1.0) -> S
             phoneme without a festival phone.
     """
     _check(voice, name)
-    lib = _library()
     try:
-        wav, events = lib.speak(voice.name, text, voice.wpm, voice.pitch, voice.pitch_range)
+        wav, events, rate = _speak_isolated(voice.name, text, voice.wpm, voice.pitch, voice.pitch_range)
         if wav.shape[0] == 0:
             raise EspeakError("no audio")
-        segments, words = segments_from_events(events, wav.shape[0], lib.rate)
+        segments, words = segments_from_events(events, wav.shape[0], rate)
     except EspeakError as exc:
         raise EspeakError(f"utterance {name} (voice {voice.name}, text {text!r}): {exc}") from exc
     pad = int(round(EDGE_PAUSE_S * SAMPLE_RATE))
-    num_samples = int(round(wav.shape[0] * SAMPLE_RATE / (lib.rate * tape)))
+    num_samples = int(round(wav.shape[0] * SAMPLE_RATE / (rate * tape)))
     speech = resample(wav.astype(np.float32) / 32768.0, num_samples)
     audio = np.concatenate([np.zeros(pad, np.float32), speech, np.zeros(pad, np.float32)])
     shift = pad / SAMPLE_RATE
