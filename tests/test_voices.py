@@ -179,4 +179,5 @@ def test_install_script_installs_every_voice_package():
 
     text = (Path(__file__).resolve().parents[1] / "scripts" / "install.sh").read_text()
     debs = set(text.split("debs=(", 1)[1].split(")", 1)[0].split())
-    assert debs == {"festival"} | {v.package for v in VOICES.values()}
+    assert debs == {"festival", "espeak-ng", "flite"} | {v.package for v in VOICES.values()}
+    assert not any("mbrola" in d or "rhvoice" in d or "pico" in d for d in debs)

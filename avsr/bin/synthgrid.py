@@ -4,8 +4,10 @@ Usage: ``python -m avsr.bin.synthgrid --out corpus/synthgrid [--num-train 1500 -
 [--num-test-unseen-voice 300] [--train-speakers 24 --valid-speakers 4 --test-speakers 6
 --test-unseen-voice-speakers 6 --babble-speakers 4] [--train-voices v1,v2,... --unseen-voices v3,...]
 [--no-augment] [--num-train-accented 0 --train-accented-speakers 300] [--seed 0] [--nj 2]
-[--babble-seconds 60]``. Running it again on the same ``--out`` with the same options completes an interrupted
-run; see :mod:`avsr.data.synthgrid.generate`.
+[--babble-seconds 60] [--engines festival,espeak-ng,flite] [--hold-out-engines flite]
+[--num-test-espeak-ng 0 --num-test-flite 0 --test-engine-speakers 6]``; ``--list-voices`` prints the voice
+catalogue (markdown) and exits. Running it again on the same ``--out`` with the same options completes an
+interrupted run; see :mod:`avsr.data.synthgrid.generate`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 import sys
 
 from avsr.bin.runner import UsageError, tool
+from avsr.data.synthgrid.engines import ENGINES, EngineError, catalogue_markdown
 from avsr.data.synthgrid.festival import FestivalError
 from avsr.data.synthgrid.generate import TRAIN_CORPORA, SynthGridConfig, generate
 from avsr.data.synthgrid.voices import VOICES
@@ -27,7 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m avsr.bin.synthgrid",
         description="Generate the SynthGRID audio-visual corpus (deterministic given --seed, resumable).",
     )
-    p.add_argument("--out", required=True, help="corpus directory")
+    p.add_argument("--out", help="corpus directory (required unless --list-voices)")
+    p.add_argument("--list-voices", action="store_true",
+                   help="print every voice of every engine with how it sounds (markdown) and exit")
     p.add_argument(
         "--num-train", type=int, default=d.num_train, help="train utterances (default %(default)s)"
     )
@@ -59,6 +64,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "--train-voices), clean, by speakers of their own (default %(default)s)")
     p.add_argument("--train-accented-speakers", type=int, default=d.train_accented_speakers,
                    help="speakers of those utterances (default %(default)s)")
+    p.add_argument("--engines", default=",".join(d.engines),
+                   help=f"comma-separated synthesisers of train/valid/training babble ({','.join(ENGINES)}) "
+                   "(default %(default)s: the festival-only corpus, file for file)")
+    p.add_argument("--hold-out-engines", default="",
+                   help="engines left out of --engines (leave-one-engine-out: train without them; their "
+                   "held-out voices speak test_espeak_ng / test_flite)")
+    p.add_argument("--num-test-espeak-ng", type=int, default=d.num_test_espeak_ng,
+                   help="utterances of test_espeak_ng, spoken by eSpeak NG's held-out variants "
+                   "(default %(default)s)")
+    p.add_argument("--num-test-flite", type=int, default=d.num_test_flite,
+                   help="utterances of test_flite, spoken by flite's held-out voice (default %(default)s)")
+    p.add_argument("--test-engine-speakers", type=int, default=d.test_engine_speakers,
+                   help="speakers of each engine test split (default %(default)s)")
     p.add_argument(
         "--babble-speakers",
         type=int,
@@ -86,6 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int | None:
     """Entry point of ``python -m avsr.bin.synthgrid`` / ``avsr-synthgrid``; returns the exit status."""
     args = build_parser().parse_args(argv)
+    if args.list_voices:
+        print(catalogue_markdown(), end="")
+        return 0
+    if not args.out:
+        raise UsageError("--out is required (the corpus directory)")
+    held = [e for e in args.hold_out_engines.split(",") if e]
+    unknown = [e for e in held if e not in ENGINES]
+    if unknown:
+        raise UsageError(f"--hold-out-engines: unknown engine(s) {unknown}; known: {list(ENGINES)}")
+    engines = tuple(e for e in args.engines.split(",") if e and e not in held)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = SynthGridConfig(
         num_train=args.num_train,
@@ -109,10 +137,14 @@ def main(argv: list[str] | None = None) -> int | None:
         seed=args.seed,
         nuisance=args.nuisance,
         target_jitter=args.target_jitter,
+        engines=engines,
+        num_test_espeak_ng=args.num_test_espeak_ng,
+        num_test_flite=args.num_test_flite,
+        test_engine_speakers=args.test_engine_speakers,
     )
     try:
         generate(args.out, config, nj=args.nj, batch_size=args.batch_size, progress=not args.no_progress)
-    except FestivalError:
+    except (FestivalError, EngineError):
         raise  # a data/runtime error (avsr.bin.runner)
     except ValueError as exc:  # bad options, or another corpus already in --out
         raise UsageError(str(exc)) from exc

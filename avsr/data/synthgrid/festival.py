@@ -82,10 +82,13 @@ class Synthesis:
         wav: ``float32`` ``(num_samples,)`` waveform at 16 kHz in [-1, 1].
         segments: phone segments ``(start_s, end_s, phone)`` in seconds, contiguous from 0, festival's
             phone names (``pau`` for silence).
+        words: ``(start_s, end_s)`` of each spoken word as the engine reported it (eSpeak NG, flite; None
+            where the engine gives no word timings).
     """
 
     wav: np.ndarray
     segments: list[tuple[float, float, str]]
+    words: list[tuple[float, float]] | None = None
 
 
 def festival_available(executable: str = "festival") -> bool:

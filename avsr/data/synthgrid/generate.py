@@ -17,6 +17,15 @@ splits are clean. ``num_train_accented`` adds to the English corpus' train split
 voices (every non-English voice of ``train_voices``), clean, by speakers of their own (``ta000``...), leaving
 every other file as it was.
 
+Engines: ``engines`` names the synthesisers of train, valid and the training babble (default festival
+alone: the corpus is then file for file the one festival-only versions made). Adding ``espeak-ng`` or
+``flite`` makes those splits' speakers cycle through the engines in turn (festival's voices of the chosen
+training corpus, then each other engine's training voices, :func:`avsr.data.synthgrid.engines.engine_voices`);
+leaving an engine out of ``engines`` holds it out of training (leave-one-engine-out). ``test_espeak_ng`` and
+``test_flite`` (``num_test_espeak_ng``, ``num_test_flite``) are spoken by each engine's held-out voices, which
+no training utterance uses whatever the engines: the same test sets for every training configuration, the
+engines' counterpart of test_unseen_voice.
+
 Every random choice is seeded by ``(seed, split, index)`` of the utterance, never by the order of work, so
 the corpus is the same for any number of workers. Work is cut into batches of utterances of one voice, one
 festival process per batch, spread over ``nj`` processes. An utterance whose four files exist is skipped,
@@ -38,9 +47,11 @@ import numpy as np
 from tqdm import tqdm
 
 from avsr.data.media import write_wav
+from avsr.data.synthgrid import engines as engines_mod
 from avsr.data.synthgrid.augment import AugmentConfig
 from avsr.data.synthgrid.babble import mix_babble, trim_silence
-from avsr.data.synthgrid.festival import FestivalError, synthesize
+from avsr.data.synthgrid.engines import ENGINES, EngineError, engine_available, engine_voices
+from avsr.data.synthgrid.festival import FestivalError, Synthesis, synthesize
 from avsr.data.synthgrid.grammar import festival_text, sample_sentence
 from avsr.data.synthgrid.speakers import AUGMENTED_SPLITS, Speaker, make_speakers
 from avsr.data.synthgrid.utterance import (
@@ -61,7 +72,9 @@ from avsr.fileio import write_text_atomic
 logger = logging.getLogger(__name__)
 
 #: corpus splits; the order is part of the seeding (new splits are appended)
-SPLITS = ("train", "valid", "test", "test_unseen_voice", "train_accented")
+SPLITS = ("train", "valid", "test", "test_unseen_voice", "train_accented", "test_espeak_ng", "test_flite")
+#: the test split of each engine's held-out voices
+ENGINE_TEST_SPLITS = {"espeak-ng": "test_espeak_ng", "flite": "test_flite"}
 #: the directory of a split's utterances where it is not the split's name: the accented training utterances
 #: are training utterances (``<corpus>/train/ta000/...``), so the training data dir holds them
 SPLIT_DIRS = {"train_accented": "train"}
@@ -99,6 +112,10 @@ class SynthGridConfig:
             ``train_voices``, ``speed_factors`` and ``augment`` unused) -- the default recipe's corpus;
             ``"voices"``: every voice of ``train_voices`` with the wider speaker ranges, speed perturbation
             and acoustic augmentation (:data:`TRAIN_CORPORA`).
+        engines: the synthesisers of train, valid and the training babble (:data:`ENGINES`); festival alone
+            is the corpus of festival-only versions, file for file.
+        num_test_espeak_ng, num_test_flite: utterances of the engines' test splits (held-out voices).
+        test_engine_speakers: speakers of each of those splits (>= 1).
     """
 
     num_train: int = 1500
@@ -122,6 +139,10 @@ class SynthGridConfig:
     train_corpus: str = "english"
     num_train_accented: int = 0
     train_accented_speakers: int = 300
+    engines: tuple[str, ...] = ("festival",)
+    num_test_espeak_ng: int = 0
+    num_test_flite: int = 0
+    test_engine_speakers: int = 6
 
     @property
     def accented_voices(self) -> tuple[str, ...]:
@@ -133,7 +154,13 @@ class SynthGridConfig:
         if self.train_corpus not in TRAIN_CORPORA:
             raise ValueError(f"SynthGRID config: train_corpus must be one of {list(TRAIN_CORPORA)}, got "
                              f"{self.train_corpus!r}")
-        for name in ("num_train", "num_valid", "num_test", "num_test_unseen_voice", "num_train_accented"):
+        if not self.engines or any(e not in ENGINES for e in self.engines) or len(set(self.engines)) != len(
+            self.engines
+        ):
+            raise ValueError(f"SynthGRID config: engines must be distinct engines of {list(ENGINES)}, got "
+                             f"{list(self.engines)}")
+        for name in ("num_train", "num_valid", "num_test", "num_test_unseen_voice", "num_train_accented",
+                     "num_test_espeak_ng", "num_test_flite"):
             if getattr(self, name) < 0:
                 raise ValueError(f"SynthGRID config: {name} must be >= 0, got {getattr(self, name)}")
         for name in (
@@ -144,6 +171,7 @@ class SynthGridConfig:
             "babble_speakers",
             "babble_overlap",
             "train_accented_speakers",
+            "test_engine_speakers",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"SynthGRID config: {name} must be >= 1, got {getattr(self, name)}")
@@ -171,12 +199,28 @@ class SynthGridConfig:
 
     def voices_used(self) -> list[str]:
         """The festival voices the corpus needs (sorted)."""
-        used = set(LEGACY_VOICES) | (set(self.train_voices) if self.train_corpus == "voices" else set())
+        festival_train = self.train_corpus == "voices" and "festival" in self.engines
+        used = set(LEGACY_VOICES) | (set(self.train_voices) if festival_train else set())
         if self.num_train_accented > 0:
             used |= set(self.accented_voices)
         if self.num_test_unseen_voice > 0:
             used |= set(self.unseen_voices)
         return sorted(used)
+
+    def engines_used(self) -> list[str]:
+        """The engines the corpus needs besides festival (which the test splits always need)."""
+        used = {e for e in self.engines if e != "festival"}
+        used |= {e for e, split in ENGINE_TEST_SPLITS.items() if getattr(self, f"num_{split}") > 0}
+        return [e for e in ENGINES if e in used]
+
+    def training_voices(self, festival_pool: tuple[str, ...]) -> tuple[str, ...]:
+        """The voice cycle of the training speakers with several engines: entry i is voice ``i // E`` of
+        engine ``i mod E`` (each engine's pool repeated to the longest), so that neighbouring speakers
+        alternate engines. ``festival_pool``: festival's voices of the training corpus."""
+        pools = [festival_pool if e == "festival" else engine_voices(e) for e in self.engines]
+        longest = max(map(len, pools))
+        return tuple(pools[i % len(pools)][(i // len(pools)) % len(pools[i % len(pools)])]
+                     for i in range(longest * len(pools)))
 
     def speakers(self) -> list[Speaker]:
         """All speakers (corpus splits and babble sets)."""
@@ -194,6 +238,14 @@ class SynthGridConfig:
             voices["train_accented"] = self.accented_voices
         if self.train_corpus == "voices":
             voices.update(train=self.train_voices, valid=self.train_voices, babble_train=self.train_voices)
+        if self.engines != ("festival",):
+            english = tuple(sorted(LEGACY_VOICES))
+            pool = self.training_voices(self.train_voices if self.train_corpus == "voices" else english)
+            voices.update(train=pool, valid=pool, babble_train=pool)
+        for engine, split in ENGINE_TEST_SPLITS.items():
+            if getattr(self, f"num_{split}") > 0:
+                counts[split] = self.test_engine_speakers
+                voices[split] = engine_voices(engine, unseen=True)
         return make_speakers(counts, self.seed, voices, self.augment)
 
 
@@ -248,23 +300,36 @@ def plan_babble(config: SynthGridConfig, speakers: list[Speaker]) -> dict[str, l
 
 def _batches(specs: list[UttSpec], batch_size: int) -> list[list[UttSpec]]:
     """Cut specs into batches of at most ``batch_size`` utterances of one voice (one festival run each)."""
-    ordered = sorted(specs, key=lambda s: (s.speaker.voice, s.speaker.id, s.utt_id))
+    ordered = sorted(specs, key=lambda s: (s.speaker.engine != "festival", s.speaker.engine, s.speaker.voice,
+                                           s.speaker.id, s.utt_id))
     batches: list[list[UttSpec]] = []
     for spec in ordered:
         if (
             not batches
             or len(batches[-1]) >= batch_size
             or batches[-1][0].speaker.voice != spec.speaker.voice
+            or batches[-1][0].speaker.engine != spec.speaker.engine
         ):
             batches.append([])
         batches[-1].append(spec)
     return batches
 
 
+def _synthesize(specs: list[UttSpec], speed: bool = True) -> list[Synthesis]:
+    """Synthesise a batch of one engine (``speed``: with the utterances' speed perturbation)."""
+    if specs[0].speaker.engine != "festival":
+        return engines_mod.synthesize(
+            [s.speaker.engine_request(s.utt_id, s.words, s.speed if speed else 1.0) for s in specs]
+        )
+    if speed:
+        return synthesize([s.speaker.request(s.utt_id, festival_text(s.words), s.speed) for s in specs])
+    return synthesize([s.speaker.request(s.utt_id, festival_text(s.words)) for s in specs])
+
+
 def _corpus_job(job: tuple[list[UttSpec], str, float, float]) -> tuple[str, int, list]:
     """Worker: synthesise and write one batch of corpus utterances."""
     specs, root, nuisance, jitter = job
-    results = synthesize([s.speaker.request(s.utt_id, festival_text(s.words), s.speed) for s in specs])
+    results = _synthesize(specs)
     for spec, result in zip(specs, results):
         write_utterance(spec, result, Path(root), nuisance, jitter)
     return "corpus", len(specs), []
@@ -273,7 +338,7 @@ def _corpus_job(job: tuple[list[UttSpec], str, float, float]) -> tuple[str, int,
 def _babble_job(job: tuple[list[UttSpec], str]) -> tuple[str, int, list]:
     """Worker: synthesise one batch of babble utterances, return them level-normalised and trimmed."""
     specs, name = job
-    results = synthesize([s.speaker.request(s.utt_id, festival_text(s.words)) for s in specs])
+    results = _synthesize(specs, speed=False)
     wavs = [
         (spec.utt_id, trim_silence(normalise_level(r.wav, spec.speaker.level_db, r.segments), r.segments))
         for spec, r in zip(specs, results)
@@ -281,15 +346,17 @@ def _babble_job(job: tuple[list[UttSpec], str]) -> tuple[str, int, list]:
     return name, len(specs), wavs
 
 
-#: rough CPU cost of synthesis per utterance in ms, by engine
-_SYNTH_MS = {"hts": 45.0, "diphone": 8.0, "clunits": 60.0}
+#: rough CPU cost of synthesis per utterance in ms, by festival engine or other synthesiser
+_SYNTH_MS = {"hts": 45.0, "diphone": 8.0, "clunits": 60.0, "espeak-ng": 20.0, "flite": 80.0}
 
 
 def _job_cost(job: tuple) -> float:
     """Rough CPU cost of a job in ms (synthesis by engine, video ~40 ms, augmentation ~20 ms)."""
     kind, payload = job
     specs = payload[0]
-    per_utt = _SYNTH_MS[VOICES[specs[0].speaker.voice].engine] + (60.0 if kind == "corpus" else 0.0)
+    speaker = specs[0].speaker
+    engine = VOICES[speaker.voice].engine if speaker.engine == "festival" else speaker.engine
+    per_utt = _SYNTH_MS[engine] + (60.0 if kind == "corpus" else 0.0)
     return 200.0 + per_utt * len(specs)
 
 
@@ -338,6 +405,7 @@ def generate(
     Raises:
         ValueError: invalid config, or ``root`` holds a corpus of another configuration.
         avsr.data.synthgrid.festival.FestivalError: festival missing or failing (names the utterance).
+        avsr.data.synthgrid.engines.EngineError: eSpeak NG or flite missing or failing.
         avsr.data.media.MediaError: a file cannot be written.
     """
     config.check()
@@ -348,6 +416,10 @@ def generate(
         packages = " ".join(VOICES[v].package for v in missing)
         raise FestivalError(f"festival voice(s) {missing} not installed (Debian packages {packages}; "
                             "bash scripts/install.sh installs them)")
+    absent = [e for e in config.engines_used() if not engine_available(e)]
+    if absent:
+        raise EngineError(f"speech synthesiser(s) {absent} not installed (Debian packages "
+                          f"{' '.join(absent)}; bash scripts/install.sh installs them)")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     _check_previous_config(root, config)

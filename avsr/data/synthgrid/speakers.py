@@ -26,6 +26,13 @@ level             -6..+3 dB                    loudness around the corpus level
 
 The test split and the test babble keep the speakers of the first SynthGRID corpora (the three English
 voices, :func:`sample_legacy_speaker`), so that their files, and the results on them, stay comparable.
+
+Other engines (:mod:`avsr.data.synthgrid.engines`): a speaker whose voice is a voice key
+(``espeak-ng:en-gb-scotland+m3``, ``flite:slt``) is drawn by :func:`sample_engine_speaker`: the same tape,
+rate, level, appearance and microphone ranges as above; eSpeak NG speakers draw its pitch (25-75) and pitch
+range (20-80) parameters, flite speakers a heard mean pitch in the voice's range
+(:data:`~avsr.data.synthgrid.engines.FLITE_F0_RANGE`). A festival speaker's ``engine`` is ``festival`` and
+its dict (``speakers.json``) is what it always was.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from avsr.data.synthgrid.augment import AugmentConfig, Channel
+from avsr.data.synthgrid.engines import FLITE_F0_RANGE, EngineRequest, parse_voice_key
 from avsr.data.synthgrid.festival import SynthRequest
 from avsr.data.synthgrid.render import Appearance
 from avsr.data.synthgrid.voices import LEGACY_VOICES, VOICES, htsvoice_alpha, htsvoice_file
@@ -49,6 +57,8 @@ SPLIT_PREFIX = {
     "babble_test": "bt",
     "test_unseen_voice": "tu",
     "train_accented": "ta",
+    "test_espeak_ng": "ue",
+    "test_flite": "uf",
 }
 
 #: splits whose speakers are drawn as in the first corpora (:func:`sample_legacy_speaker`)
@@ -72,6 +82,9 @@ class Speaker:
         tape: tape-speed factor (pitch and formants x tape, durations / tape).  alpha: HTS all-pass
             constant (None: the voice's own).  level_db: loudness relative to the corpus level (dB).
         appearance: the mouth's look.  channel: the speaker's microphone (EQ).
+        engine: ``festival``, ``espeak-ng`` or ``flite``; ``voice`` is then the eSpeak accent or the flite
+            voice.  variant: the eSpeak variant (None: the accent's own).  pitch, pitch_range: eSpeak's
+            pitch and range parameters (0-99); flite speakers use ``f0_mean`` and ``f0_std``.
     """
 
     id: str
@@ -85,6 +98,16 @@ class Speaker:
     appearance: Appearance
     alpha: float | None = None
     channel: Channel = field(default_factory=Channel)
+    engine: str = "festival"
+    variant: str | None = None
+    pitch: int | None = None
+    pitch_range: int | None = None
+
+    def engine_request(self, name: str, words: tuple[str, ...], speed: float = 1.0) -> EngineRequest:
+        """The eSpeak NG / flite request for saying ``words`` as utterance ``name`` (``speed`` multiplies the
+        tape factor)."""
+        return EngineRequest(name, tuple(words), self.engine, self.voice, self.variant, self.rate, self.pitch,
+                             self.pitch_range, self.f0_mean, self.f0_std, self.tape * speed)
 
     def request(self, name: str, text: str, speed: float = 1.0) -> SynthRequest:
         """The festival request for saying ``text`` as utterance ``name`` in this speaker's voice.
@@ -109,6 +132,9 @@ class Speaker:
         out = asdict(self)
         out["appearance"] = self.appearance.to_dict()
         out["channel"] = self.channel.to_dict()
+        if self.engine == "festival":  # a festival speaker's record is what it always was
+            for key in ("engine", "variant", "pitch", "pitch_range"):
+                del out[key]
         return out
 
 
@@ -182,6 +208,43 @@ def sample_speaker(
     return Speaker(speaker_id, split, voice, f0_mean, f0_std, rate, tape, level, appearance, alpha, channel)
 
 
+def sample_engine_speaker(
+    speaker_id: str, split: str, key: str, rng: np.random.Generator, augment: AugmentConfig | None = None
+) -> Speaker:
+    """Draw a speaker of an eSpeak NG or flite voice (``key``: a voice key, see
+    :func:`avsr.data.synthgrid.engines.parse_voice_key`).
+
+    Raises:
+        ValueError: an invalid key or a festival voice.
+    """
+    engine, voice, variant = parse_voice_key(key)
+    if engine == "festival":
+        raise ValueError(f"sample_engine_speaker: {key!r} is a festival voice (sample_speaker draws those)")
+    tape = float(rng.uniform(0.88, 1.12))
+    rate = float(rng.uniform(0.8, 1.25))
+    level = float(rng.uniform(-6.0, 3.0))
+    pitch, spread = int(rng.integers(25, 76)), int(rng.integers(20, 81))
+    heard = float(rng.uniform(0.0, 1.0))
+    appearance = Appearance.sample(rng)
+    channel = Channel.sample(rng, augment) if augment is not None else Channel()
+    f0_mean = f0_std = None
+    if engine == "flite" and FLITE_F0_RANGE[voice] is not None:
+        low, high = FLITE_F0_RANGE[voice]
+        f0 = low + heard * (high - low)
+        f0_mean, f0_std = f0 / tape, (0.08 + 0.17 * spread / 100.0) * f0 / tape
+    espeak = engine == "espeak-ng"
+    return Speaker(speaker_id, split, voice, f0_mean, f0_std, rate, tape, level, appearance, None, channel,
+                   engine, variant, pitch if espeak else None, spread if espeak else None)
+
+
+def _known_voice(key: str) -> bool:
+    try:
+        engine, voice, _ = parse_voice_key(key)
+    except ValueError:
+        return False
+    return engine != "festival" or voice in VOICES
+
+
 def make_speakers(
     counts: dict[str, int],
     seed: int,
@@ -193,8 +256,9 @@ def make_speakers(
     Args:
         counts: split name (a key of :data:`SPLIT_PREFIX`) -> number of speakers (>= 1).
         seed: random seed.
-        voices: split -> the voices its speakers cycle through; a split not given (and every split of
-            :data:`LEGACY_SPLITS`) uses :data:`~avsr.data.synthgrid.voices.LEGACY_VOICES`.
+        voices: split -> the voices its speakers cycle through (festival voices or voice keys of other
+            engines); a split not given (and every split of :data:`LEGACY_SPLITS`) uses
+            :data:`~avsr.data.synthgrid.voices.LEGACY_VOICES`.
         augment: microphone EQ ranges for the speakers of the augmented splits (:data:`AUGMENTED_SPLITS`;
             the others, and all with None, get a flat microphone).
 
@@ -217,14 +281,18 @@ def make_speakers(
             raise ValueError(f"number of {split} speakers must be >= 1, got {counts[split]}")
         legacy = split in LEGACY_SPLITS or split not in voices
         pool = sorted(LEGACY_VOICES) if legacy else list(voices[split])
-        if not pool or any(v not in VOICES for v in pool):
-            raise ValueError(f"split {split}: unknown or no voices {pool}; known: {sorted(VOICES)}")
+        if not pool or not all(map(_known_voice, pool)):
+            unknown = [v for v in pool if not _known_voice(v)]
+            raise ValueError(f"split {split}: unknown or no voices {unknown}; "
+                             f"known: {sorted(VOICES)} and the voice keys of avsr.data.synthgrid.engines")
         for index in range(counts[split]):
             rng = np.random.default_rng([seed, 1000 + split_index, index])
             voice = pool[(index + split_index) % len(pool)]
+            aug = augment if split in AUGMENTED_SPLITS else None
             if legacy:
                 speakers.append(sample_legacy_speaker(f"{prefix}{index:03d}", split, voice, rng))
+            elif ":" in voice:
+                speakers.append(sample_engine_speaker(f"{prefix}{index:03d}", split, voice, rng, aug))
             else:
-                aug = augment if split in AUGMENTED_SPLITS else None
                 speakers.append(sample_speaker(f"{prefix}{index:03d}", split, voice, rng, aug))
     return speakers
