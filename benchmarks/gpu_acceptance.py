@@ -277,7 +277,7 @@ def cmd_train_step(args: argparse.Namespace) -> int:
             continue
         rows.append(row)
         mfu = f"{row['mfu']:.1%}" if row["mfu"] is not None else "n/a"
-        print(f"{row['config']:<22} {row['params'] / 1e6:7.1f}M params  {row['precision']}  "
+        print(f"{row['config']:<22} {row['params'] / 1e6:7.4g}M params  {row['precision']}  "
               f"{batch}x{frames} frames  step {row['step_s_median'] * 1e3:8.1f} ms  "
               f"{row['tokens_per_s']:9.0f} tokens/s  {row['flops_per_step'] / 1e12:8.3f} TFLOP/step  "
               f"MFU {mfu}  peak {row['peak_mem_mib']:.0f} MiB", flush=True)
@@ -444,7 +444,8 @@ def summary(step: dict[str, Any]) -> str:
 def markdown(report: dict[str, Any]) -> str:
     """The short table of the run, then the training-step and decoding figures."""
     out = [f"# GPU acceptance ({report['device']}{', tiny' if report['tiny'] else ''})", "",
-           f"Machine: {report['machine']}  ", f"torch {report['torch']}, total {report['total_s']:.0f} s, "
+           f"Machine: {report['machine']} (load average {report['load_avg_1min']})  ",
+           f"avsr {report['commit']}, torch {report['torch']}, total {report['total_s']:.0f} s, "
            f"{'all steps passed' if report['ok'] else 'FAILED: ' + ', '.join(report['failed'])}", "",
            "| step | status | s | figures |", "|---|---|---:|---|"]
     for s in report["steps"].values():
@@ -456,12 +457,12 @@ def markdown(report: dict[str, Any]) -> str:
                 "| MFU | peak MiB |", "|---|---:|---|---|---:|---:|---:|---:|---:|---:|"]
         for r in train:
             mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "n/a"
-            out.append(f"| {r['config']} | {r['params'] / 1e6:.1f}M | {r['precision']} | {r['batch']}x"
+            out.append(f"| {r['config']} | {r['params'] / 1e6:.4g}M | {r['precision']} | {r['batch']}x"
                        f"{r['frames']} | {r['step_s_median'] * 1e3:.1f} | {r['tokens_per_s']:.0f} | "
                        f"{r['flops_per_step'] / 1e12:.4g} | {r['achieved_flops_per_s'] / 1e12:.3g} | {mfu} | "
                        f"{r['peak_mem_mib']:.0f} |")
         notes = sorted({r["mfu_note"] for r in train if r["mfu"] is None})
-        out += [f"MFU n/a: {n}" for n in notes]
+        out += ["", *(f"MFU n/a: {n}  " for n in notes)]
     modes = (report["steps"].get("decode", {}).get("figures") or {}).get("modes", [])
     if modes:
         r0 = modes[0]
@@ -480,9 +481,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     steps = out / "steps"
+    git = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
+                         text=True) if shutil.which("git") else subprocess.CompletedProcess([], 1)
     report = {
         "device": args.device, "tiny": args.tiny, "machine": machine_summary(args.device),
         "torch": torch.__version__, "python": sys.version.split()[0],
+        "commit": git.stdout.strip() if git.returncode == 0 else None,
+        "load_avg_1min": round(os.getloadavg()[0], 2),
         "total_s": float(args.total_s) if args.total_s else None,
         "steps": {name: read_step(steps, name) for name in STEPS},
     }

@@ -95,3 +95,50 @@ def test_options_are_checked():
     proc = subprocess.run(["bash", str(ROOT / "benchmarks/gpu_acceptance.sh"), "--device", "tpu"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "tpu" in proc.stderr
+
+
+def test_mfu_is_flops_per_step_over_step_time_and_peak(monkeypatch):
+    # the GPU branch of the MFU, on a CPU: a known peak in place of the table's
+    import gpu_acceptance
+
+    monkeypatch.setattr(gpu_acceptance, "peak_bf16_flops", lambda device: (1e12, "test peak"))
+    row = gpu_acceptance.train_step_figures("avhubert_base", "cpu", "bf16", batch=1, frames=5, steps=1,
+                                            warmup=0, tiny=True)
+    assert row["precision"] == "bf16" and row["peak_flops_per_s"] == 1e12 and row["mfu_note"] == "test peak"
+    assert row["mfu"] == pytest.approx(row["flops_per_step"] / row["step_s_median"] / 1e12)
+    assert row["tokens_per_s"] == pytest.approx(5 / row["step_s_median"])
+    # fp32: the bf16 peak does not apply
+    row = gpu_acceptance.train_step_figures("avhubert_base", "cpu", "fp32", batch=1, frames=5, steps=1,
+                                            warmup=0, tiny=True)
+    assert row["mfu"] is None and "fp32" in row["mfu_note"]
+
+
+def test_report_records_a_failed_step_and_exits_non_zero(tmp_path, capsys):
+    import gpu_acceptance
+
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    (steps / "cuda_tests.rc").write_text("0\n")
+    (steps / "cuda_tests.seconds").write_text("1.5\n")
+    (steps / "cuda_tests.json").write_text(json.dumps({"passed": 1, "skipped": 0, "failed": 0, "errors": 0}))
+    (steps / "train_step.rc").write_text("1\n")
+    (steps / "train_step.seconds").write_text("2.0\n")
+    lines = [f"line {i}" for i in range(30)]
+    (steps / "train_step.log").write_text("\n".join([*lines, "RuntimeError: boom"]) + "\n")
+    (steps / "recipe.rc").write_text("0\n")
+    (steps / "recipe.seconds").write_text("0.1\n")
+    (steps / "recipe.json").write_text(json.dumps({"skip_reason": "festival is not installed"}))
+    rc = gpu_acceptance.main(["report", "--device", "cpu", "--tiny", "--out", str(tmp_path),
+                              "--total-s", "4"])
+    assert rc == 1
+    report = json.loads((tmp_path / "acceptance.json").read_text())
+    s = report["steps"]
+    assert s["cuda_tests"]["status"] == "ok" and s["cuda_tests"]["figures"]["passed"] == 1
+    assert s["train_step"]["status"] == "failed" and s["train_step"]["rc"] == 1
+    assert s["train_step"]["log_tail"][-1] == "RuntimeError: boom" and len(s["train_step"]["log_tail"]) == 20
+    assert s["recipe"]["status"] == "skipped" and s["recipe"]["reason"] == "festival is not installed"
+    assert s["decode"]["status"] == "not run"
+    assert report["failed"] == ["train_step", "decode"] and not report["ok"] and report["total_s"] == 4
+    table = (tmp_path / "acceptance.md").read_text()
+    assert "| train_step | failed |" in table and "FAILED: train_step, decode" in table
+    assert "RuntimeError: boom" in capsys.readouterr().out
