@@ -61,7 +61,7 @@ while [ $# -gt 0 ]; do
     --tiny) tiny=true; shift ;;
     --out) out="$2"; shift 2 ;;
     --out=*) out="${1#*=}"; shift ;;
-    -h|--help) sed -n '2,55p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,50p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_acceptance.sh: unknown option $1 (--device cuda|cpu, --tiny, --out DIR)" >&2; exit 2 ;;
   esac
 done
