@@ -97,7 +97,7 @@ def test_options_are_checked():
     assert proc.returncode == 2 and "tpu" in proc.stderr
 
 
-def test_mfu_is_flops_per_step_over_step_time_and_peak(monkeypatch):
+def test_mfu_is_flops_per_step_over_step_time_and_peak(monkeypatch, one_thread):
     # the GPU branch of the MFU, on a CPU: a known peak in place of the table's
     import gpu_acceptance
 
