@@ -4,12 +4,17 @@ Usage::
 
     python benchmarks/bench_decode.py [--batch 8] [--beam 10] [--frames 75] [--tokens 15] [--vocab 500]
         [--layers 2] [--dim 128] [--modes att joint-partial joint-full ctc] [--iters 2] [--threads N]
+        [--device cpu|cuda] [--json PATH]
 
 The encoder is not run: its output is random ``(B, T, dim)`` (the beam search is what is measured); the
 decoder (``--layers`` x ``--dim``) and the CTC head are random. A random model rarely emits ``eos``, so the
 hypothesis length is fixed with ``--tokens`` (``maxlenratio = -tokens``: every hypothesis runs
 ``tokens + 1`` steps), which makes runs comparable. Prints, per mode, utterances/s, decoder steps/s, the
 real-time factor (search time / speech duration at 25 frames/s) and peak resident memory.
+``--device cuda``: the decoder, encoder output and CTC posteriors on the GPU (timings between
+``torch.cuda.synchronize()`` calls; the peak GPU memory of the search, ``torch.cuda.max_memory_allocated``,
+is printed too). ``--json PATH``: one JSON line per mode appended to PATH (keys ``mode, ctc_weight,
+ms_per_batch, utt_per_s, steps_per_s, rtf, peak_rss_mib, peak_cuda_mib`` and the settings).
 Modes: ``att`` (ctc_weight 0), ``joint-partial`` (0.3, CTC on the pre-beam), ``joint-full`` (0.3, CTC on the
 whole vocabulary), ``ctc`` (ctc_weight 1, CTC prefix search alone).
 """
@@ -17,6 +22,7 @@ whole vocabulary), ``ctc`` (ctc_weight 1, CTC prefix search alone).
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import sys
 import time
@@ -56,13 +62,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
     p.add_argument("--iters", type=int, default=2)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
+    p.add_argument("--json", default=None, help="append one JSON line per mode to this file")
     args = p.parse_args(argv)
-    print(machine_summary(getattr(args, "device", "cpu")), flush=True)  # where the figures come from
+    print(machine_summary(args.device), flush=True)  # where the figures come from
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: CUDA is not available")
     dec = (
         TransformerDecoder(
             args.vocab,
@@ -109,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         run()  # warm-up
         if device.type == "cuda":
             torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats(device)
         start = time.perf_counter()
         for _ in range(args.iters):
             hyps = run()
@@ -116,10 +126,23 @@ def main(argv: list[str] | None = None) -> None:
             torch.cuda.synchronize()
         sec = (time.perf_counter() - start) / args.iters
         steps = max(len(h[0].tokens) for h in hyps if h) + 1
+        cuda_mib = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
         print(
             f"{mode:<14} ctc_weight {w:<4} {sec * 1e3:8.1f} ms/batch  {b / sec:8.1f} utt/s  "
             f"{steps / sec:7.1f} steps/s  RTF {sec / speech_s:.4f}  peak RSS {peak_rss_mib():.0f} MiB"
+            + (f"  peak GPU {cuda_mib:.0f} MiB" if cuda_mib is not None else "")
         )
+        if args.json:
+            row = {"mode": mode, "ctc_weight": w, "ms_per_batch": round(sec * 1e3, 3), "utt_per_s": b / sec,
+                   "steps_per_s": steps / sec, "rtf": sec / speech_s,
+                   "peak_rss_mib": round(peak_rss_mib(), 1),
+                   "peak_cuda_mib": round(cuda_mib, 1) if cuda_mib is not None else None,
+                   "device": str(device), "machine": machine_summary(device), "batch": b, "beam": args.beam,
+                   "frames": t, "tokens": args.tokens, "vocab": args.vocab, "layers": args.layers,
+                   "dim": args.dim, "iters": args.iters, "threads": torch.get_num_threads(),
+                   "torch": torch.__version__}
+            with open(args.json, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":
