@@ -16,11 +16,11 @@ case "${1:-}" in
 esac
 
 # festival and its voices: the SynthGRID corpus speaks English with every festival voice Debian ships
-# (avsr/data/synthgrid/voices.py maps the US English phones onto each voice's phone set). festvox-mr-nsk
+# (avsr/corpora/synthgrid/voices.py maps the US English phones onto each voice's phone set). festvox-mr-nsk
 # and festvox-te-nsk hold the same diphone database as festvox-hi-nsk and are not needed; the 8 kHz
 # packages festvox-kallpc8k/kdlpc8k conflict with the 16 kHz ones (apt would remove those): narrowband
-# speech comes from band limiting instead (avsr/data/synthgrid/augment.py). espeak-ng and flite are the
-# other synthesisers of SynthGRID (avsr/data/synthgrid/engines.py; never their MBROLA voices).
+# speech comes from band limiting instead (avsr/corpora/synthgrid/augment.py). espeak-ng and flite are the
+# other synthesisers of SynthGRID (avsr/corpora/synthgrid/engines.py; never their MBROLA voices).
 debs=(festival espeak-ng flite festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
   festvox-italp16k festvox-itapc16k festvox-czech-dita festvox-czech-krb festvox-czech-machac festvox-czech-ph
   festvox-suopuhe-lj festvox-suopuhe-mv festvox-ru festvox-ca-ona-hts festvox-hi-nsk)

@@ -146,7 +146,7 @@ def check_imports() -> None:
                 skipped.append(f"{name} (needs {top}: {OPTIONAL_MODULES[top]})")
                 continue
             raise
-    assert "avsr.train.trainer" in names and "avsr.data.synthgrid.generate" in names, names
+    assert "avsr.train.trainer" in names and "avsr.corpora.synthgrid.generate" in names, names
     log(f"    {len(names) - len(skipped)} modules imported; skipped: {', '.join(skipped) or 'none'}")
     missing_extras = [m for m in OPTIONAL_MODULES if importlib.util.find_spec(m) is None]
     if missing_extras:
@@ -277,9 +277,9 @@ def check_decode(work: Path) -> tuple[Path, Path, Path, Path]:
     import torch
 
     from avsr.config import config_path, load_yaml
+    from avsr.corpora.synthgrid.grammar import sample_sentence, transcript
     from avsr.data.datadir import Utterance, read_kaldi_map, write_datadir
     from avsr.data.media import write_video, write_wav
-    from avsr.data.synthgrid.grammar import sample_sentence, transcript
     from avsr.data.tokenizer import Tokenizer, train_sentencepiece
     from avsr.models.asr import AVSRModel
     from avsr.train.checkpoint import save_atomic

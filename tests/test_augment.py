@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.signal
 
-from avsr.data.synthgrid import augment as A
+from avsr.corpora.synthgrid import augment as A
 
 
 def _speechlike(seconds: float = 1.5, seed: int = 0) -> np.ndarray:

@@ -9,8 +9,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from avsr.data.synthgrid import engines, espeak, flite
-from avsr.data.synthgrid.engines import (
+from avsr.corpora.synthgrid import engines, espeak, flite
+from avsr.corpora.synthgrid.engines import (
     ESPEAK_ACCENTS,
     ESPEAK_UNSEEN_VARIANTS,
     ESPEAK_VARIANTS,
@@ -22,7 +22,7 @@ from avsr.data.synthgrid.engines import (
     synthesize_one,
     voice_key,
 )
-from avsr.data.synthgrid.visemes import PHONE_TO_VISEMES
+from avsr.corpora.synthgrid.visemes import PHONE_TO_VISEMES
 
 needs_espeak = pytest.mark.skipif(not espeak.espeak_available(),
                                   reason="eSpeak NG (Debian package espeak-ng: bash scripts/install.sh)")
@@ -174,8 +174,8 @@ def test_every_flite_voice_speaks_a_grid_sentence(voice):
 @needs_espeak
 @needs_flite
 def test_corpus_with_every_engine_is_deterministic_per_utterance(tmp_path):
-    from avsr.data.synthgrid.festival import festival_available
-    from avsr.data.synthgrid.generate import SynthGridConfig, generate
+    from avsr.corpora.synthgrid.festival import festival_available
+    from avsr.corpora.synthgrid.generate import SynthGridConfig, generate
 
     if not festival_available():
         pytest.skip("festival (Debian package festival: bash scripts/install.sh)")

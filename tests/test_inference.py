@@ -15,8 +15,8 @@ import pytest
 import torch
 import yaml
 
+from avsr.corpora.synthgrid import grammar
 from avsr.data.media import read_video, read_wav, write_video, write_wav
-from avsr.data.synthgrid import grammar
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.decode.config import DecodeConfig
 from avsr.inference import InferenceError, TranscribeItem, Transcriber

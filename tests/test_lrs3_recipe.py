@@ -185,9 +185,9 @@ def test_base_finetune_config_builds_on_cpu():
 
 def _write_lrs3_fixture(root: Path) -> tuple[Path, Path]:
     """SynthGRID utterances as an LRS3 directory of face videos, and a MUSAN-layout noise directory."""
+    from avsr.corpora.synthgrid.generate import SynthGridConfig, generate
     from avsr.data.face_video import write_face_utterance
     from avsr.data.media import read_wav, write_wav
-    from avsr.data.synthgrid.generate import SynthGridConfig, generate
 
     sg = root / "synthgrid"
     generate(

@@ -57,7 +57,7 @@ def test_every_directory_of_modules_is_a_discovered_package():
         for d in [PKG, *PKG.rglob("*")]
         if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))
     }
-    assert {"avsr", "avsr.train", "avsr.models", "avsr.data.synthgrid"} <= with_modules
+    assert {"avsr", "avsr.train", "avsr.models", "avsr.corpora.synthgrid"} <= with_modules
     missing = sorted(with_modules - found)
     assert not missing, f"directories of modules without __init__.py (left out of the wheel): {missing}"
 

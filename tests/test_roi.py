@@ -501,10 +501,10 @@ def _opening(frames: np.ndarray) -> np.ndarray:
 
 @needs_mediapipe
 def test_composite_synthgrid_mouth_comes_back_out_of_the_face_video(tmp_path):
+    from avsr.corpora.synthgrid.generate import SynthGridConfig
+    from avsr.corpora.synthgrid.utterance import render_video
     from avsr.data.face_video import write_face_utterance
     from avsr.data.roi import preprocess_video
-    from avsr.data.synthgrid.generate import SynthGridConfig
-    from avsr.data.synthgrid.utterance import render_video
 
     segments = [
         (0.0, 0.2, "pau"), (0.2, 0.3, "b"), (0.3, 0.6, "aa"), (0.6, 0.7, "m"), (0.7, 1.0, "aa"),

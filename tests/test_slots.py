@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from avsr.data.synthgrid.slots import LETTER_SLOT, SLOT_NAMES, report_markdown, slot_errors
+from avsr.corpora.synthgrid.slots import LETTER_SLOT, SLOT_NAMES, report_markdown, slot_errors
 
 REFS = {
     "tr000_bbaf2n_0000": "BIN BLUE AT F TWO NOW",

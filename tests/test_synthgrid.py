@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from avsr.corpora.synthgrid import grammar
+from avsr.corpora.synthgrid.festival import FestivalError, SynthRequest, festival_available, synthesize
+from avsr.corpora.synthgrid.generate import SynthGridConfig, generate
+from avsr.corpora.synthgrid.render import Appearance, Nuisance, render_frames
+from avsr.corpora.synthgrid.utterance import render_video
+from avsr.corpora.synthgrid.visemes import trajectory, viseme_of
+from avsr.corpora.synthgrid.voices import LEGACY_VOICES, UNSEEN_VOICES, VOICES, installed_voices
 from avsr.data.media import read_video, read_wav, video_fps
-from avsr.data.synthgrid import grammar
-from avsr.data.synthgrid.festival import FestivalError, SynthRequest, festival_available, synthesize
-from avsr.data.synthgrid.generate import SynthGridConfig, generate
-from avsr.data.synthgrid.render import Appearance, Nuisance, render_frames
-from avsr.data.synthgrid.utterance import render_video
-from avsr.data.synthgrid.visemes import trajectory, viseme_of
-from avsr.data.synthgrid.voices import LEGACY_VOICES, UNSEEN_VOICES, VOICES, installed_voices
 
 NO_FESTIVAL = "festival or one of its voices is not installed (bash scripts/install.sh)"
 FESTIVAL_READY = festival_available() and set(installed_voices()) == set(VOICES)
@@ -136,7 +136,7 @@ def test_festival_says_letters_as_letter_names(voice):
 @pytest.mark.festival
 @skip_without_festival
 def test_festival_failure_names_the_utterance_and_stderr(monkeypatch):
-    from avsr.data.synthgrid import festival
+    from avsr.corpora.synthgrid import festival
 
     monkeypatch.setitem(festival.VOICES, "no_such_voice",
                         dataclasses.replace(festival.VOICES["kal_diphone"], name="no_such_voice"))
@@ -286,7 +286,7 @@ def test_voices_per_split_and_the_test_split_kept(tiny_corpus, tmp_path):
 
 @pytest.mark.festival
 def test_training_audio_is_augmented_reproducibly(tiny_corpus):
-    from avsr.data.synthgrid.generate import plan_utterances
+    from avsr.corpora.synthgrid.generate import plan_utterances
 
     root, _ = tiny_corpus
     specs = {s.utt_id: s for s in plan_utterances(TINY, TINY.speakers())}
@@ -305,8 +305,8 @@ def test_english_training_corpus_is_the_first_corpora_s():
     """train_corpus "english" (the recipe's default): train, valid and the training babble are the three
     English voices drawn as the first corpora drew them, clean and unperturbed; only test_unseen_voice uses
     other voices."""
-    from avsr.data.synthgrid.generate import plan_utterances
-    from avsr.data.synthgrid.speakers import make_speakers
+    from avsr.corpora.synthgrid.generate import plan_utterances
+    from avsr.corpora.synthgrid.speakers import make_speakers
 
     config = dataclasses.replace(TINY, train_corpus="english")
     speakers = config.speakers()
@@ -324,7 +324,7 @@ def test_english_training_corpus_is_the_first_corpora_s():
 def test_accented_training_utterances_are_added_to_the_english_corpus():
     """num_train_accented: more training utterances, in the accented voices, by speakers of their own, clean
     and unperturbed, in the train directory; every other utterance and speaker stays as it was."""
-    from avsr.data.synthgrid.generate import plan_utterances
+    from avsr.corpora.synthgrid.generate import plan_utterances
 
     base = dataclasses.replace(TINY, train_corpus="english")
     mixed = dataclasses.replace(base, num_train_accented=5, train_accented_speakers=2)
@@ -355,7 +355,7 @@ def test_accented_training_utterances_are_added_to_the_english_corpus():
 def test_a_corpus_made_before_a_new_key_still_resumes(tmp_path):
     """synthgrid.json of a corpus made before num_train_accented existed: the key has its default there, so
     the same corpus resumes and a corpus with accented utterances is refused with the key named."""
-    from avsr.data.synthgrid.generate import _check_previous_config
+    from avsr.corpora.synthgrid.generate import _check_previous_config
 
     base = dataclasses.replace(TINY, train_corpus="english")
     old = json.loads(json.dumps(dataclasses.asdict(base)))
@@ -384,7 +384,7 @@ def test_accented_training_utterances_are_generated(tmp_path):
 
 
 def test_align_lengths_gives_640_samples_per_frame():
-    from avsr.data.synthgrid.utterance import align_lengths
+    from avsr.corpora.synthgrid.utterance import align_lengths
 
     segments = [(0.0, 0.2, "pau"), (0.2, 0.5, "aa"), (0.5, 1.013, "pau")]
     wav, aligned, frames = align_lengths(np.ones(16000, dtype=np.float32), segments)
@@ -393,7 +393,7 @@ def test_align_lengths_gives_640_samples_per_frame():
 
 
 def test_babble_sums_overlapping_talkers_at_a_fixed_level():
-    from avsr.data.synthgrid.babble import BABBLE_DBFS, mix_babble, trim_silence
+    from avsr.corpora.synthgrid.babble import BABBLE_DBFS, mix_babble, trim_silence
 
     talk = trim_silence(
         np.ones(16000, dtype=np.float32), [(0.0, 0.25, "pau"), (0.25, 0.75, "aa"), (0.75, 1.0, "pau")]

@@ -7,9 +7,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from avsr.data.synthgrid import grammar
-from avsr.data.synthgrid.festival import SynthRequest, festival_available, read_mapped_segs, synthesize
-from avsr.data.synthgrid.voices import (
+from avsr.corpora.synthgrid import grammar
+from avsr.corpora.synthgrid.festival import SynthRequest, festival_available, read_mapped_segs, synthesize
+from avsr.corpora.synthgrid.voices import (
     ENGLISH_PHONES,
     ENGLISH_PRONUNCIATIONS,
     LEGACY_VOICES,
@@ -28,7 +28,7 @@ from avsr.data.synthgrid.voices import (
 INSTALLED = installed_voices() if festival_available() else []
 needs_voices = pytest.mark.skipif(
     not festival_available() or set(INSTALLED) != set(VOICES),
-    reason="festival and every voice of avsr.data.synthgrid.voices (bash scripts/install.sh)",
+    reason="festival and every voice of avsr.corpora.synthgrid.voices (bash scripts/install.sh)",
 )
 
 

@@ -36,7 +36,7 @@ DATA_ERRORS = (
     ("avsr.data.media", "MediaError"),
     ("avsr.data.roi", "RoiError"),
     ("avsr.data.lrs3", "LRS3Error"),
-    ("avsr.data.synthgrid.festival", "FestivalError"),
+    ("avsr.corpora.synthgrid.festival", "FestivalError"),
     ("avsr.compat.safe_load", "CheckpointError"),
     ("avsr.inference", "InferenceError"),
     ("avsr.eval.scoring", "ScoringError"),

@@ -7,7 +7,7 @@ Usage: ``python -m avsr.bin.synthgrid --out corpus/synthgrid [--num-train 1500 -
 [--babble-seconds 60] [--engines festival,espeak-ng,flite] [--hold-out-engines flite]
 [--num-test-espeak-ng 0 --num-test-flite 0 --test-engine-speakers 6]``; ``--list-voices`` prints the voice
 catalogue (markdown) and exits. Running it again on the same ``--out`` with the same options completes an
-interrupted run; see :mod:`avsr.data.synthgrid.generate`.
+interrupted run; see :mod:`avsr.corpora.synthgrid.generate`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import logging
 import sys
 
 from avsr.bin.runner import UsageError, tool
-from avsr.data.synthgrid.engines import ENGINES, EngineError, catalogue_markdown
-from avsr.data.synthgrid.festival import FestivalError
-from avsr.data.synthgrid.generate import TRAIN_CORPORA, SynthGridConfig, generate
-from avsr.data.synthgrid.voices import VOICES
+from avsr.corpora.synthgrid.engines import ENGINES, EngineError, catalogue_markdown
+from avsr.corpora.synthgrid.festival import FestivalError
+from avsr.corpora.synthgrid.generate import TRAIN_CORPORA, SynthGridConfig, generate
+from avsr.corpora.synthgrid.voices import VOICES
 
 
 def build_parser() -> argparse.ArgumentParser:

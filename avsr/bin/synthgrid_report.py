@@ -2,7 +2,7 @@
 
 Usage: ``python -m avsr.bin.synthgrid_report --decode-dir exp/<tag>/decode --corpus corpus --out tables.md``
 (the SynthGRID recipe's scoring stage runs it and appends the file to RESULTS.md); see
-:mod:`avsr.data.synthgrid.slots`.
+:mod:`avsr.corpora.synthgrid.slots`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from avsr.bin.runner import tool
-from avsr.data.synthgrid.slots import report_markdown
+from avsr.corpora.synthgrid.slots import report_markdown
 from avsr.fileio import write_text_atomic
 
 

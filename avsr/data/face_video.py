@@ -276,9 +276,9 @@ def composite_mouth_video(
 ) -> FaceVideo:
     """The astronaut's face speaking with a rendered mouth: each ROI frame blended into the photo's mouth.
 
-    The ROI (``avsr.data.synthgrid`` renders its mouth 4 px below the centre, about half the width) is mapped
-    onto the photo by the inverse of the similarity with which the ROI step aligns this face to the mean
-    face (:func:`avsr.data.roi.alignment_transforms` on :data:`ASTRONAUT_STABLE_POINTS`: 1.26 ROI pixels
+    The ROI (``avsr.corpora.synthgrid`` renders its mouth 4 px below the centre, about half the width) is
+    mapped onto the photo by the inverse of the similarity with which the ROI step aligns this face to the
+    mean face (:func:`avsr.data.roi.alignment_transforms` on :data:`ASTRONAUT_STABLE_POINTS`: 1.26 ROI pixels
     per photo pixel, 3.2 degrees of roll), its mouth on the photo's mouth, tinted (gray times the photo's
     skin RGB / the ROI's skin gray, going to the photo's lip colour for darker gray levels) and blended
     through a soft elliptical mask that covers the photo's lips; then the face moves as in

@@ -16,8 +16,8 @@ import sys
 
 import numpy as np
 
-from avsr.data.synthgrid.engines import ESPEAK_ACCENTS, FLITE_VOICES, EngineRequest
-from avsr.data.synthgrid.grammar import sample_sentence
+from avsr.corpora.synthgrid.engines import ESPEAK_ACCENTS, FLITE_VOICES, EngineRequest
+from avsr.corpora.synthgrid.grammar import sample_sentence
 
 HOP = 160  # 10 ms at 16 kHz
 
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _with_commas(request: EngineRequest):
     """Synthesise ``request`` with a comma after every word (engine text as in the corpus otherwise)."""
-    from avsr.data.synthgrid import engines, espeak, flite
+    from avsr.corpora.synthgrid import engines, espeak, flite
 
     text = ", ".join(engines.engine_text(request.engine, request.words).split())
     if request.engine == "espeak-ng":

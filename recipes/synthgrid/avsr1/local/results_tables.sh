@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Scoring stage (11) of the SynthGRID recipe: error tables per GRID slot, letter confusions and WER per voice,
-# appended to RESULTS.md by the template (avsr.data.synthgrid.slots).
+# appended to RESULTS.md by the template (avsr.corpora.synthgrid.slots).
 #   local/results_tables.sh DECODE_DIR CORPUS_DIR OUT.md [--python python3]
 set -euo pipefail
 [ $# -ge 3 ] || { echo "usage: local/results_tables.sh DECODE_DIR CORPUS_DIR OUT.md [--python PY]" >&2; exit 1; }

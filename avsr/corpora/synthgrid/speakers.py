@@ -1,12 +1,13 @@
 """SynthGRID speakers: a festival voice with its own prosody, vocal tract, microphone and mouth appearance.
 
-A speaker is a voice (:data:`avsr.data.synthgrid.voices.VOICES`) times prosody (mean pitch and pitch range
+A speaker is a voice (:data:`avsr.corpora.synthgrid.voices.VOICES`) times prosody (mean pitch and pitch range
 for the diphone voices, speaking rate), vocal-tract length (see below), loudness, a microphone
-(:class:`avsr.data.synthgrid.augment.Channel`) and an :class:`~avsr.data.synthgrid.render.Appearance`.
+(:class:`avsr.corpora.synthgrid.augment.Channel`) and an :class:`~avsr.corpora.synthgrid.render.Appearance`.
 Speakers are drawn per split (train, valid, test, test_unseen_voice, and the babble sets that are in none of
 them) with their own ids, so the splits never share a speaker; voices are cycled within each split. The
 speakers of ``train_accented`` (the accented voices added to the English training corpus, see
-:attr:`avsr.data.synthgrid.generate.SynthGridConfig.num_train_accented`) are training speakers of their own.
+:attr:`avsr.corpora.synthgrid.generate.SynthGridConfig.num_train_accented`) are training speakers of their
+own.
 
 Vocal-tract length apart from pitch (formant shift independent of F0, the aim of VTLP): every voice is
 resampled by a "tape speed" factor (formants, pitch and tempo x ``tape``); diphone voices then get their
@@ -27,11 +28,11 @@ level             -6..+3 dB                    loudness around the corpus level
 The test split and the test babble keep the speakers of the first SynthGRID corpora (the three English
 voices, :func:`sample_legacy_speaker`), so that their files, and the results on them, stay comparable.
 
-Other engines (:mod:`avsr.data.synthgrid.engines`): a speaker whose voice is a voice key
+Other engines (:mod:`avsr.corpora.synthgrid.engines`): a speaker whose voice is a voice key
 (``espeak-ng:en-gb-scotland+m3``, ``flite:slt``) is drawn by :func:`sample_engine_speaker`: the same tape,
 rate, level, appearance and microphone ranges as above; eSpeak NG speakers draw its pitch (25-75) and pitch
 range (20-80) parameters, flite speakers a heard mean pitch in the voice's range
-(:data:`~avsr.data.synthgrid.engines.FLITE_F0_RANGE`). A festival speaker's ``engine`` is ``festival`` and
+(:data:`~avsr.corpora.synthgrid.engines.FLITE_F0_RANGE`). A festival speaker's ``engine`` is ``festival`` and
 its dict (``speakers.json``) is what it always was.
 """
 
@@ -41,11 +42,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from avsr.data.synthgrid.augment import AugmentConfig, Channel
-from avsr.data.synthgrid.engines import FLITE_F0_RANGE, EngineRequest, parse_voice_key
-from avsr.data.synthgrid.festival import SynthRequest
-from avsr.data.synthgrid.render import Appearance
-from avsr.data.synthgrid.voices import LEGACY_VOICES, VOICES, htsvoice_alpha, htsvoice_file
+from avsr.corpora.synthgrid.augment import AugmentConfig, Channel
+from avsr.corpora.synthgrid.engines import FLITE_F0_RANGE, EngineRequest, parse_voice_key
+from avsr.corpora.synthgrid.festival import SynthRequest
+from avsr.corpora.synthgrid.render import Appearance
+from avsr.corpora.synthgrid.voices import LEGACY_VOICES, VOICES, htsvoice_alpha, htsvoice_file
 
 #: split name -> speaker id prefix; ids are ``<prefix><index:03d>`` (fixed width, so Kaldi sorting holds).
 #: The order is part of the seeding: new splits are appended.
@@ -64,7 +65,7 @@ SPLIT_PREFIX = {
 #: splits whose speakers are drawn as in the first corpora (:func:`sample_legacy_speaker`)
 LEGACY_SPLITS = ("test", "babble_test")
 
-#: splits whose utterances pass through the acoustic augmentation (:mod:`avsr.data.synthgrid.augment`)
+#: splits whose utterances pass through the acoustic augmentation (:mod:`avsr.corpora.synthgrid.augment`)
 AUGMENTED_SPLITS = ("train", "valid")
 
 #: the all-pass constant of the HTS voices' own models (read from the htsvoice files when installed)
@@ -212,7 +213,7 @@ def sample_engine_speaker(
     speaker_id: str, split: str, key: str, rng: np.random.Generator, augment: AugmentConfig | None = None
 ) -> Speaker:
     """Draw a speaker of an eSpeak NG or flite voice (``key``: a voice key, see
-    :func:`avsr.data.synthgrid.engines.parse_voice_key`).
+    :func:`avsr.corpora.synthgrid.engines.parse_voice_key`).
 
     Raises:
         ValueError: an invalid key or a festival voice.
@@ -258,7 +259,7 @@ def make_speakers(
         seed: random seed.
         voices: split -> the voices its speakers cycle through (festival voices or voice keys of other
             engines); a split not given (and every split of :data:`LEGACY_SPLITS`) uses
-            :data:`~avsr.data.synthgrid.voices.LEGACY_VOICES`.
+            :data:`~avsr.corpora.synthgrid.voices.LEGACY_VOICES`.
         augment: microphone EQ ranges for the speakers of the augmented splits (:data:`AUGMENTED_SPLITS`;
             the others, and all with None, get a flat microphone).
 
@@ -284,7 +285,7 @@ def make_speakers(
         if not pool or not all(map(_known_voice, pool)):
             unknown = [v for v in pool if not _known_voice(v)]
             raise ValueError(f"split {split}: unknown or no voices {unknown}; "
-                             f"known: {sorted(VOICES)} and the voice keys of avsr.data.synthgrid.engines")
+                             f"known: {sorted(VOICES)} and the voice keys of avsr.corpora.synthgrid.engines")
         for index in range(counts[split]):
             rng = np.random.default_rng([seed, 1000 + split_index, index])
             voice = pool[(index + split_index) % len(pool)]

@@ -7,9 +7,9 @@ split, voice, prosody, vocal tract, microphone, appearance), ``<corpus>/synthgri
 configuration) and ``<corpus>/.done`` at the end.
 
 Voices: with ``train_corpus="voices"`` train, valid and the training babble speak with ``train_voices``
-(default: every festival voice of :mod:`avsr.data.synthgrid.voices` but the held-out ones, half of the
+(default: every festival voice of :mod:`avsr.corpora.synthgrid.voices` but the held-out ones, half of the
 speakers native English), and their utterances pass through the acoustic augmentation
-(:mod:`avsr.data.synthgrid.augment`) and a per-utterance speed factor; with ``train_corpus="english"`` (the
+(:mod:`avsr.corpora.synthgrid.augment`) and a per-utterance speed factor; with ``train_corpus="english"`` (the
 default) they are the first corpora's three English voices, drawn as then, clean. test_unseen_voice speaks
 with ``unseen_voices`` (voices in no training utterance: the recipe's voice-generalisation test), test and the
 test babble with the three English voices of the first corpora, drawn as then (the same files). The test
@@ -20,7 +20,8 @@ every other file as it was.
 Engines: ``engines`` names the synthesisers of train, valid and the training babble (default festival
 alone: the corpus is then file for file the one festival-only versions made). Adding ``espeak-ng`` or
 ``flite`` makes those splits' speakers cycle through the engines in turn (festival's voices of the chosen
-training corpus, then each other engine's training voices, :func:`avsr.data.synthgrid.engines.engine_voices`);
+training corpus, then each other engine's training voices,
+:func:`avsr.corpora.synthgrid.engines.engine_voices`);
 leaving an engine out of ``engines`` holds it out of training (leave-one-engine-out). ``test_espeak_ng`` and
 ``test_flite`` (``num_test_espeak_ng``, ``num_test_flite``) are spoken by each engine's held-out voices, which
 no training utterance uses whatever the engines: the same test sets for every training configuration, the
@@ -46,27 +47,27 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from avsr.data.media import write_wav
-from avsr.data.synthgrid import engines as engines_mod
-from avsr.data.synthgrid.augment import AugmentConfig
-from avsr.data.synthgrid.babble import mix_babble, trim_silence
-from avsr.data.synthgrid.engines import ENGINES, EngineError, engine_available, engine_voices
-from avsr.data.synthgrid.festival import FestivalError, Synthesis, synthesize
-from avsr.data.synthgrid.grammar import festival_text, sample_sentence
-from avsr.data.synthgrid.speakers import AUGMENTED_SPLITS, Speaker, make_speakers
-from avsr.data.synthgrid.utterance import (
+from avsr.corpora.synthgrid import engines as engines_mod
+from avsr.corpora.synthgrid.augment import AugmentConfig
+from avsr.corpora.synthgrid.babble import mix_babble, trim_silence
+from avsr.corpora.synthgrid.engines import ENGINES, EngineError, engine_available, engine_voices
+from avsr.corpora.synthgrid.festival import FestivalError, Synthesis, synthesize
+from avsr.corpora.synthgrid.grammar import festival_text, sample_sentence
+from avsr.corpora.synthgrid.speakers import AUGMENTED_SPLITS, Speaker, make_speakers
+from avsr.corpora.synthgrid.utterance import (
     SAMPLE_RATE,
     UttSpec,
     normalise_level,
     write_utterance,
 )
-from avsr.data.synthgrid.voices import (
+from avsr.corpora.synthgrid.voices import (
     LEGACY_VOICES,
     TRAIN_VOICES,
     UNSEEN_VOICES,
     VOICES,
     installed_voices,
 )
+from avsr.data.media import write_wav
 from avsr.fileio import write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -404,8 +405,8 @@ def generate(
 
     Raises:
         ValueError: invalid config, or ``root`` holds a corpus of another configuration.
-        avsr.data.synthgrid.festival.FestivalError: festival missing or failing (names the utterance).
-        avsr.data.synthgrid.engines.EngineError: eSpeak NG or flite missing or failing.
+        avsr.corpora.synthgrid.festival.FestivalError: festival missing or failing (names the utterance).
+        avsr.corpora.synthgrid.engines.EngineError: eSpeak NG or flite missing or failing.
         avsr.data.media.MediaError: a file cannot be written.
     """
     config.check()

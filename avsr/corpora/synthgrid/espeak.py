@@ -9,7 +9,7 @@ receives the samples (22050 Hz, 16 bit) together with events, among them one per
 (``espeakEVENT_PHONEME``), each with the sample index where it starts in the output. With
 ``espeakINITIALIZE_PHONEME_IPA`` the phoneme events name the phoneme in IPA, the same notation for every
 English accent; :func:`ipa_to_phones` maps it onto festival's US English phone set, which the viseme map of
-:mod:`avsr.data.synthgrid.visemes` knows (a diphthong without a US counterpart, e.g. RP /iə/, becomes two
+:mod:`avsr.corpora.synthgrid.visemes` knows (a diphthong without a US counterpart, e.g. RP /iə/, becomes two
 phones sharing its duration).
 
 The library keeps state from one utterance to the next (the phase of its glottal source, its noise
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from avsr.data.synthgrid.festival import SAMPLE_RATE, Synthesis, resample
+from avsr.corpora.synthgrid.festival import SAMPLE_RATE, Synthesis, resample
 
 #: where Debian installs espeak-ng's data (voices, variants, phoneme tables)
 ESPEAK_DATA = Path("/usr/lib/x86_64-linux-gnu/espeak-ng-data")

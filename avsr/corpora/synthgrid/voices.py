@@ -3,7 +3,7 @@
 Three voices are English (Debian ``festvox-kallpc16k``, ``festvox-kdlpc16k``, ``festvox-us-slt-hts``) and
 speak the GRID sentences through festival's own English pipeline. Every other festival voice that Debian
 ships is a voice of another language; it speaks English with an accent in the following way (one festival
-process, :func:`avsr.data.synthgrid.festival.build_script`):
+process, :func:`avsr.corpora.synthgrid.festival.build_script`):
 
 1. the English front end of ``kal_diphone`` (text analysis, CMU lexicon, phrasing, duration CART and
    linear-regression intonation with the speaker's mean pitch and pitch range) makes the utterance: words,
@@ -449,7 +449,7 @@ def grid_diphones(phone_map: PhoneMap) -> dict[str, str]:
     Inside words and across every pair of neighbouring slots (the last phone of one word, the first of the
     next), with the voice's pause before the first and after the last word.
     """
-    from avsr.data.synthgrid.grammar import SLOTS
+    from avsr.corpora.synthgrid.grammar import SLOTS
 
     pause = phone_map.target("pau")[0]
     mapped = {w: phone_map.map(list(p)) for w, p in ENGLISH_PRONUNCIATIONS.items()}
@@ -477,7 +477,7 @@ _ENGLISH_VOWELS = ("aa", "ae", "ah", "ao", "aw", "ax", "axr", "ay", "eh", "er", 
 def _windows(phone_map: PhoneMap) -> list[list[str]]:
     """The target phones of every run of three neighbouring GRID words (with the voice's pause before the
     first and after the last word of a sentence): every phone context a repair can reach."""
-    from avsr.data.synthgrid.grammar import SLOTS
+    from avsr.corpora.synthgrid.grammar import SLOTS
 
     pause = phone_map.target("pau")[0]
     mapped = {w: phone_map.map(list(p)) for w, p in ENGLISH_PRONUNCIATIONS.items()}

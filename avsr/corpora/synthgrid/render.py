@@ -4,7 +4,7 @@ The mouth is a parametric 2-d shape drawn in every frame at once, numpy-vectoris
 (arrays of shape ``(T, H, W)``): an inner opening bounded by the inner lip contours, upper and lower lips
 of speaker-dependent thickness around it, upper and lower teeth and the tongue inside the opening, a dark
 mouth cavity, and skin with a fixed speaker texture and the shadows of the nose and chin. The trajectory
-(:mod:`avsr.data.synthgrid.visemes`) drives the opening height and width, lip rounding/protrusion (a
+(:mod:`avsr.corpora.synthgrid.visemes`) drives the opening height and width, lip rounding/protrusion (a
 narrower, rounder opening and fuller lips), teeth and tongue visibility and the lower lip tucked under the
 upper teeth (f, v). An :class:`Appearance` fixes a speaker's look; a :class:`Nuisance` adds the per
 utterance variation seen in real mouth ROIs (small head motion, scale, lighting, sensor noise).

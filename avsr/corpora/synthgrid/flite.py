@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from avsr.data.synthgrid.festival import SAMPLE_RATE, Synthesis, resample
-from avsr.data.synthgrid.voices import ENGLISH_PRONUNCIATIONS
+from avsr.corpora.synthgrid.festival import SAMPLE_RATE, Synthesis, resample
+from avsr.corpora.synthgrid.voices import ENGLISH_PRONUNCIATIONS
 
 #: flite's voices that speak any English text (``flite -lv`` also lists ``awb_time``, a talking clock)
 FLITE_VOICE_NAMES = ("kal", "kal16", "awb", "rms", "slt")
@@ -80,7 +80,7 @@ def word_spans(segments: list[tuple[float, float, str]], words: tuple[str, ...])
     """The span of each word, reading the non-pause segments as the words' festival pronunciations in order.
 
     flite's lexicon is the CMU lexicon of festival's English voices, so the phones of a GRID sentence are the
-    concatenated :data:`~avsr.data.synthgrid.voices.ENGLISH_PRONUNCIATIONS` of its words.
+    concatenated :data:`~avsr.corpora.synthgrid.voices.ENGLISH_PRONUNCIATIONS` of its words.
 
     Raises:
         ValueError: the phones are not those of ``words`` (names the first word that differs).

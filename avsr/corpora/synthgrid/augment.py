@@ -32,9 +32,9 @@ training utterances lost the band above 3.4-4 kHz or went through reverberation,
 model confused the letters that differ there (S/F/X/C/Z, G/T) far more often.
 
 Speed perturbation (Kaldi's 0.9/1.0/1.1, resampling that changes tempo, pitch and formants together) is the
-tape-speed factor of the synthesis (:mod:`avsr.data.synthgrid.festival`), since the phone times and video
+tape-speed factor of the synthesis (:mod:`avsr.corpora.synthgrid.festival`), since the phone times and video
 must follow it; vocal-tract length apart from pitch is the speakers' warping
-(:mod:`avsr.data.synthgrid.speakers`).
+(:mod:`avsr.corpora.synthgrid.speakers`).
 
 SNRs are measured on the speech-active part of the utterance (the non-pause phone segments). All signals are
 ``float32`` mono at 16 kHz.

@@ -8,13 +8,13 @@ together with a "tape speed" factor (pitch and formants scale by ``tape``, durat
 gives voices whose pitch festival cannot change (HTS, cluster units) a speaker-dependent pitch too; the
 segment times are scaled to match.
 
-Voices (:mod:`avsr.data.synthgrid.voices`): the English ones speak through festival's own pipeline --
+Voices (:mod:`avsr.corpora.synthgrid.voices`): the English ones speak through festival's own pipeline --
 ``kal_diphone`` and ``ked_diphone`` (mean pitch and pitch range through festival's ``int_lr_params``, rate
 through ``Duration_Stretch``) and ``cmu_us_slt_arctic_hts`` (rate through hts_engine's ``-r``). The other
 voices speak English through ``kal_diphone``'s front end and their phone map (``avsr_front``,
 ``avsr_remap`` and ``avsr_repair`` below): the segments they write name the English phone each target
 phone came from. HTS voices take an all-pass constant ``alpha`` (frequency warping of the spectral
-envelope, :func:`avsr.data.synthgrid.voices.warp_htsvoice`) through a warped copy of their model file.
+envelope, :func:`avsr.corpora.synthgrid.voices.warp_htsvoice`) through a warped copy of their model file.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-from avsr.data.synthgrid.voices import (
+from avsr.corpora.synthgrid.voices import (
     FRONT_END_VOICE,
     VOICES,
     diphone_inventory,
@@ -61,7 +61,7 @@ class SynthRequest:
         rate: speaking rate factor, > 1 is faster (diphone: ``Duration_Stretch = 1 / rate``; HTS: ``-r``).
         tape: tape-speed factor applied when resampling: pitch and formants x ``tape``, durations / ``tape``.
         alpha: HTS voices: the all-pass constant of the synthesis filter (None: the voice's own), see
-            :func:`avsr.data.synthgrid.voices.warp_htsvoice`.
+            :func:`avsr.corpora.synthgrid.voices.warp_htsvoice`.
     """
 
     name: str
@@ -212,7 +212,7 @@ def build_script(
 
     English voices: the voice is selected only when it changes (selecting resets the voice's parameters, so
     the prosody is set after it), and ``utt.save.segs`` writes the segments. Mapped voices: per utterance the
-    English front end (:data:`~avsr.data.synthgrid.voices.FRONT_END_VOICE` with the request's pitch and
+    English front end (:data:`~avsr.corpora.synthgrid.voices.FRONT_END_VOICE` with the request's pitch and
     rate), then the voice with its phone map and diphone repairs, and ``avsr_save_segs``. After each
     utterance the script prints ``AVSR_DONE <index>`` on stdout.
 
@@ -392,7 +392,7 @@ def synthesize(
         raise FestivalError(
             f"festival executable {executable!r} not found on PATH (install the Debian packages festival, "
             "festvox-kallpc16k, festvox-kdlpc16k, festvox-us-slt-hts and the voices of "
-            "avsr.data.synthgrid.voices: bash scripts/install.sh)"
+            "avsr.corpora.synthgrid.voices: bash scripts/install.sh)"
         )
     for request in requests:
         _check_request(request)

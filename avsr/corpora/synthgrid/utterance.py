@@ -12,13 +12,13 @@ from pathlib import Path
 
 import numpy as np
 
+from avsr.corpora.synthgrid.augment import AugmentConfig, AugmentError, apply_plan, plan
+from avsr.corpora.synthgrid.festival import Synthesis
+from avsr.corpora.synthgrid.grammar import sentence_code, transcript
+from avsr.corpora.synthgrid.render import Nuisance, render_frames
+from avsr.corpora.synthgrid.speakers import Speaker
+from avsr.corpora.synthgrid.visemes import trajectory
 from avsr.data.media import write_video, write_wav
-from avsr.data.synthgrid.augment import AugmentConfig, AugmentError, apply_plan, plan
-from avsr.data.synthgrid.festival import Synthesis
-from avsr.data.synthgrid.grammar import sentence_code, transcript
-from avsr.data.synthgrid.render import Nuisance, render_frames
-from avsr.data.synthgrid.speakers import Speaker
-from avsr.data.synthgrid.visemes import trajectory
 from avsr.fileio import write_text_atomic
 
 SAMPLE_RATE = 16000
@@ -69,7 +69,7 @@ class UttSpec:
                        speed, augment, corpus_seed)
 
     def augmentation(self) -> list[tuple[str, dict]]:
-        """The acoustic augmentation steps of this utterance (:func:`avsr.data.synthgrid.augment.plan`)."""
+        """The acoustic augmentation steps of this utterance (:func:`avsr.corpora.synthgrid.augment.plan`)."""
         if self.augment is None:
             return []
         return plan(np.random.default_rng([*self.seed, 7]), self.augment)
@@ -179,7 +179,7 @@ def write_utterance(
 
     Raises:
         avsr.data.media.MediaError: a media file cannot be written.
-        avsr.data.synthgrid.augment.AugmentError: an augmentation step failed (names the utterance).
+        avsr.corpora.synthgrid.augment.AugmentError: an augmentation step failed (names the utterance).
         ValueError: festival produced a phone without viseme (names the utterance).
     """
     wav = normalise_level(synthesis.wav, spec.speaker.level_db, synthesis.segments)
