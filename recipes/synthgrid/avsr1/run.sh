@@ -11,6 +11,10 @@
 #                                     --train-speakers, --test-unseen-voice-speakers, --babble-seconds,
 #                                     --seed, --train-corpus english|voices, --train-voices, --unseen-voices,
 #                                     --no-augment true, --num-train-accented, --train-accented-speakers)
+#   ./run.sh --engines festival,espeak-ng,flite --num-test-espeak-ng 300 --num-test-flite 300
+#                                     # training voices of three engines; test sets test_espeak_ng and
+#                                     # test_flite of voices no training utterance has (--hold-out-engines X
+#                                     # trains without engine X: leave-one-engine-out; --test-engine-speakers)
 # Any variable of ../../TEMPLATE/avsr1/avsr.sh can be set with --name value.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -19,12 +23,18 @@ cd "$(dirname "$0")"
 corpus_dir=corpus
 corpus_opts=(--num-train 3000 --num-valid 100 --num-test 200 --num-test-unseen-voice 300 --train-speakers 600
              --test-unseen-voice-speakers 10 --babble-seconds 60 --seed 0)
+test_sets="test test_unseen_voice"
 rest=()
 while [ $# -gt 0 ]; do  # options of this corpus; the rest goes to the template
   case "$1" in
     --num-train|--num-valid|--num-test|--num-test-unseen-voice|--train-speakers|--test-unseen-voice-speakers|\
     --babble-seconds|--seed|--train-corpus|--train-voices|--unseen-voices|--no-augment|\
-    --num-train-accented|--train-accented-speakers) corpus_opts+=("$1" "$2"); shift 2 ;;
+    --num-train-accented|--train-accented-speakers|--engines|--hold-out-engines|--test-engine-speakers)
+      corpus_opts+=("$1" "$2"); shift 2 ;;
+    --num-test-espeak-ng|--num-test-flite)  # a test set of the engine's held-out voices, decoded too
+      corpus_opts+=("$1" "$2")
+      [ "$2" = 0 ] || test_sets+=" test_${1#--num-test-}"
+      shift 2 ;;
     --corpus-dir|--corpus_dir) corpus_dir="$2"; shift 2 ;;
     *) rest+=("$1"); shift ;;
   esac
@@ -33,7 +43,7 @@ done
 ../../TEMPLATE/avsr1/avsr.sh \
   --corpus-dir "$corpus_dir" \
   --local-data-opts "${corpus_opts[*]}" \
-  --train-set train --valid-set valid --test-sets "test test_unseen_voice" --edge-test-sets test \
+  --train-set train --valid-set valid --test-sets "${test_sets//-/_}" --edge-test-sets test \
   --vocab-size 120 --bpemode bpe \
   --train-config conf/train/avsr_synthgrid_cpu.yaml \
   --decode-config conf/decode/default.yaml \

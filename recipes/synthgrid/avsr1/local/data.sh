@@ -4,7 +4,7 @@
 #     --num-test-unseen-voice 300 --train-speakers 600 --test-unseen-voice-speakers 10 --seed 0
 #     --train-corpus english|voices --train-voices v1,v2,.. --unseen-voices v3,.. --no-augment true
 #     --num-train-accented 0 --train-accented-speakers 300 --engines festival,espeak-ng,flite
-#     --hold-out-engines flite --num-test-espeak-ng 0 --num-test-flite 0]
+#     --hold-out-engines flite --num-test-espeak-ng 0 --num-test-flite 0 --test-engine-speakers 12]
 set -euo pipefail
 corpus_dir=corpus
 nj=2
@@ -27,6 +27,7 @@ engines=""
 hold_out_engines=""
 num_test_espeak_ng=0
 num_test_flite=0
+test_engine_speakers=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --corpus-dir) corpus_dir="$2" ;;
@@ -50,6 +51,7 @@ while [ $# -gt 0 ]; do
     --hold-out-engines) hold_out_engines="$2" ;;
     --num-test-espeak-ng) num_test_espeak_ng="$2" ;;
     --num-test-flite) num_test_flite="$2" ;;
+    --test-engine-speakers) test_engine_speakers="$2" ;;
     *) echo "local/data.sh: unknown option $1" >&2; exit 1 ;;
   esac
   shift 2
@@ -63,6 +65,7 @@ opts=(--train-corpus "$train_corpus")
 [ -n "$hold_out_engines" ] && opts+=(--hold-out-engines "$hold_out_engines")
 [ "$num_test_espeak_ng" != 0 ] && opts+=(--num-test-espeak-ng "$num_test_espeak_ng")
 [ "$num_test_flite" != 0 ] && opts+=(--num-test-flite "$num_test_flite")
+[ -n "$test_engine_speakers" ] && opts+=(--test-engine-speakers "$test_engine_speakers")
 "$python" -m avsr.bin.synthgrid --out "$corpus_dir" --num-train "$num_train" --num-valid "$num_valid" \
   --num-test "$num_test" --num-test-unseen-voice "$num_test_unseen_voice" --train-speakers "$train_speakers" \
   --test-unseen-voice-speakers "$test_unseen_voice_speakers" --seed "$seed" --babble-seconds "$babble_seconds" \
