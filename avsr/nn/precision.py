@@ -266,9 +266,9 @@ def flush_denormal(enabled: bool = True) -> bool:
     ``exp`` underflows into the subnormal range, and x86 CPUs compute on subnormals up to ~100x slower
     (microcode assists). In the SynthGRID recipe the steps of the 2nd epoch took 124.6 instead of 138.3 ms
     with the flush, and with a trained model's weights its audio-only steps 65 instead of 89 ms
-    (``benchmarks/profile_train.py``, 2 threads of an Intel Xeon with AVX-512 BF16 and AMX). Values that small carry no
-    information for training (GPUs flush them in most kernels too); inference and the parity tests keep
-    the default (off).
+    (``benchmarks/profile_train.py``, 2 threads of an Intel Xeon with AVX-512 BF16 and AMX). Values that
+    small carry no information for training (GPUs flush them in most kernels too); inference and the
+    parity tests keep the default (off).
 
     The flag is per thread (the MXCSR register) and new threads inherit it: call this before the first
     parallel torch operation of the process (before building the model), so that the intra-op worker
