@@ -143,12 +143,12 @@ def test_training_refuses_a_transcript_the_tokenizer_cannot_encode(tmp_path, cap
     model = train_sentencepiece(["BIN BLUE AT A ONE NOW", "LAY RED BY B TWO SOON"] * 20, tmp_path / "bpe", 20)
     good = [Utterance(f"s-{i}", "s", wav=str(tmp_path / f"{i}.wav"), text="BIN BLUE AT A ONE NOW")
             for i in range(3)]
-    write_datadir(tmp_path / "train", good)
     bad = Utterance("s-9", "s", wav="x.wav", text="LAY R\u00c9D NOW")
-    write_datadir(tmp_path / "valid", [*good[:2], bad])
+    write_datadir(tmp_path / "train", [*good, bad])  # a training target with <unk>: refused
+    write_datadir(tmp_path / "valid", good[:2])
     argv = ["--config", "avsr_synthgrid_cpu", "--train-data", str(tmp_path / "train"), "--valid-data",
             str(tmp_path / "valid"), "--bpemodel", str(model), "--exp-dir", str(tmp_path / "exp")]
     status, line = _run(capsys, "train", argv)
     assert status == 1 and line.startswith("avsr-train: error: "), line
-    assert f"{tmp_path / 'valid' / 'text'}: utterance 's-9': characters the tokenizer" in line, line
+    assert f"{tmp_path / 'train' / 'text'}: utterance 's-9': characters the tokenizer" in line, line
     assert "'\u00c9' (U+00C9)" in line and "<unk>" in line, line

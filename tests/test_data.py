@@ -249,7 +249,16 @@ def test_a_transcript_with_characters_the_tokenizer_cannot_encode_is_an_error(tm
 
     u = make_utt(tmp_path, "s1_u", frames=5, text="BIN BL\u00c9 AT")
     with pytest.raises(TokenizerError, match=r"utterance 's1_u': characters .* '\u00c9' \(U\+00C9\)"):
-        AVDataset([u], tokenizer)[0]
+        AVDataset([u], tokenizer, train=True)[0]  # a training target cannot hold <unk>
+    assert 1 in AVDataset([u], tokenizer)[0]["tokens"].tolist()  # validation text may: <unk> in its loss
+    texts = {"a": "BIN BLUE AT", "b": "BIN BL\u00c9 AT", "c": "\u00c9T"}
+    message = tokenizer.check_texts(texts, "data/valid/text", strict=False)
+    assert message.startswith("data/valid/text: utterance 'b': characters") and "(2 utterances" in message
+    with pytest.raises(TokenizerError, match="data/train/text: utterance 'b'.*2 utterances of data/train"):
+        tokenizer.check_texts(texts, "data/train/text")
+    assert tokenizer.check_texts({"a": "BIN BLUE AT"}, "x", strict=False) is None
+    with pytest.raises(TokenizerError, match="empty"):  # empty text is refused even when not strict
+        tokenizer.check_texts({"a": " "}, "x", strict=False)
 
 
 def test_bucket_sampler_respects_budget_and_is_reproducible():

@@ -432,7 +432,8 @@ class AVDataset(torch.utils.data.Dataset):
         if self.tokenizer is not None:
             if not (u.text or "").strip():
                 raise DataError(f"utterance '{u.utt_id}' has an empty transcript")
-            ids = self.tokenizer.encode(u.text, f"utterance '{u.utt_id}'", allow_unknown=False)
+            # a training target must not hold <unk>; validation text may (avsr.bin.train warns about it)
+            ids = self.tokenizer.encode(u.text, f"utterance '{u.utt_id}'", allow_unknown=not self.train)
             tokens = torch.tensor(ids, dtype=torch.long)
         return {
             "utt_id": u.utt_id,

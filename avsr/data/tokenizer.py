@@ -133,26 +133,38 @@ class Tokenizer:
                 seen.append(c)
         return seen
 
-    def check_texts(self, texts: Mapping[str, str | None], where: str) -> None:
-        """Refuse transcripts that cannot be training targets: each must be non-empty and encode without
-        ``<unk>`` (:meth:`encode` with ``allow_unknown=False``).
+    def check_texts(self, texts: Mapping[str, str | None], where: str, strict: bool = True) -> str | None:
+        """Check transcripts as training targets: each must be non-empty and encode without ``<unk>``
+        (:meth:`encode` with ``allow_unknown=False``).
 
         Args:
             texts: utterance id -> transcript.
             where: their file, for the message (e.g. ``"data/train/text"``).
+            strict: raise on the first bad transcript (training targets); False: return the message instead
+                for the caller to log (validation text, whose loss may count ``<unk>``; an empty transcript
+                is refused either way).
+
+        Returns:
+            None when every transcript is fine; with ``strict=False``, the message naming the first
+            transcript with characters the model cannot encode and how many there are.
 
         Raises:
             TokenizerError: the first bad utterance named with ``where`` (and how many are bad in all).
         """
         first, count = None, 0
         for utt_id, text in texts.items():
+            if not strict:
+                self.encode(text or "", f"{where}: utterance '{utt_id}'")  # empty text is still refused
             try:
                 self.encode(text or "", f"{where}: utterance '{utt_id}'", allow_unknown=False)
             except TokenizerError as e:
                 first, count = first or e, count + 1
-        if first is not None:
-            more = f" ({count} utterances of {where} in all)" if count > 1 else ""
+        if first is None:
+            return None
+        more = f" ({count} utterances of {where} in all)" if count > 1 else ""
+        if strict:
             raise TokenizerError(f"{first}{more}")
+        return f"{first}{more}"
 
     def decode(self, ids: list[int]) -> str:
         """Token ids -> transcript; blank and sos/eos ids are dropped."""
