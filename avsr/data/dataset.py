@@ -365,68 +365,20 @@ class AVDataset(torch.utils.data.Dataset):
             DataError, MediaError: as the class says. ValueError: an unknown batch modality, or one that
             needs a stream the dataset does not load.
         """
-        if isinstance(key, tuple):
-            index, batch_modality, epoch = (*key, self.epoch)[:3]
-        else:
-            index, batch_modality, epoch = key, None, self.epoch
-        if batch_modality is not None and batch_modality not in MODALITY_INPUTS:
-            raise ValueError(
-                f"batch modality must be one of {list(MODALITY_INPUTS)}, got {batch_modality!r}"
-            )
-        keep = MODALITY_INPUTS[batch_modality] if batch_modality is not None else self.modalities
-        if not set(keep) <= set(self.modalities):
-            raise ValueError(f"a {batch_modality!r} batch needs {list(keep)}, but the dataset loads only "
-                             f"{list(self.modalities)}")
+        index, batch_modality, epoch, keep = self._parse_key(key)
         u = self.utts[index]
         wav, video = self._load(index)
         g = self._generator(index, epoch)
         aug = self.audio_augment if self.train else None
-        ga, factor, edges = None, 1.0, (0, 0)
-        if aug is not None:  # its own random stream: the video crop and noise draws stay as without it
-            ga = self._generator(index, epoch, "audio_augment")
-            if aug.speed_factors and wav is not None:
-                factor = aug.speed_factors[int(torch.randint(0, len(aug.speed_factors), (1,), generator=ga))]
-                wav, video = speed_perturb(wav, factor, video)
-        video_frames = int(video.shape[0]) if video is not None else None
-        if aug is not None and aug.edge_silence_frames is not None:
-            shown = video if "video" in keep else None  # a video the batch does not keep is not copied
-            wav, video, edges = self._shift_edges(wav, shown, aug.edge_silence_frames, index, epoch,
-                                                  aug.edge_silence_keep_length, aug.edge_silence_prob)
-            video_frames = None if video_frames is None else video_frames + sum(edges)
-        unchanged = factor == 1.0 and edges == (0, 0)  # the item's own waveform as read: features cacheable
-        num_frames = video_frames if video_frames is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
+        # its own random stream: the video crop and noise draws stay as without it
+        ga = self._generator(index, epoch, "audio_augment") if aug is not None else None
+        wav, video, factor, edges, num_frames = self._perturb(wav, video, aug, ga, keep, index, epoch)
         audio_feats = video_feats = tokens = clean_feats = None
         if wav is not None and "audio" in keep:
-            clean = wav  # the item's own waveform: only its features are cached
-            under_noise = None  # av_mismatch_noisy_only: the audio that takes the item's place under noise
-            if aug is not None and aug.av_mismatch_prob > 0 and batch_modality == "audiovisual":
-                other = self._mismatched_audio(index, epoch, wav.numel(), aug.av_mismatch_prob)
-                if aug.av_mismatch_noisy_only:
-                    under_noise = other
-                elif other is not None:
-                    wav = other
-            if self.noise is not None:
-                wav = self._add_noise(u.utt_id, wav, g, self.noise.prob_for(batch_modality), under_noise)
-            warp = 1.0
-            if aug is not None and aug.freq_warp is not None:
-                lo, hi = aug.freq_warp
-                warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
-            narrow = (aug is not None and aug.narrowband_prob > 0
-                      and (not aug.narrowband_audio_only or batch_modality == "audio")
-                      and float(torch.rand((), generator=self._generator(index, epoch, "narrowband")))
-                      < aug.narrowband_prob)
-            heard = narrowband(wav) if narrow else wav
-            audio_feats = self._audio_features(index, heard, num_frames, warp, heard is clean and unchanged)
-            if (self.keep_clean_audio and self.train and batch_modality == "audiovisual"
-                    and wav is not clean):
-                clean_feats = self._audio_features(index, narrowband(clean) if narrow else clean, num_frames,
-                                                   warp, unchanged and not narrow)
-            if aug is not None:
-                state = ga.get_state()
-                audio_feats = self._masks(audio_feats, aug, ga, index, epoch, batch_modality)
-                if clean_feats is not None:  # the same masks: the views differ in the noise alone
-                    clean_feats = self._masks(clean_feats, aug, ga.set_state(state), index, epoch,
-                                              batch_modality)
+            # the item's own waveform as read: its features are cacheable
+            unchanged = factor == 1.0 and edges == (0, 0)
+            audio_feats, clean_feats = self._item_audio(wav, num_frames, unchanged, g, ga, aug, index, epoch,
+                                                        batch_modality)
         if video is not None and "video" in keep:
             video_feats = normalize_video(crop_video(video, train=self.train, generator=g))
         if self.tokenizer is not None:
@@ -445,6 +397,118 @@ class AVDataset(torch.utils.data.Dataset):
                        for ls in self.label_sets] or None,
             "audio_clean": clean_feats,
         }
+
+    def _parse_key(self, key: int | tuple) -> tuple[int, str | None, int, tuple[str, ...]]:
+        """``(index, batch_modality, epoch, keep)`` of a key of :meth:`__getitem__`: the epoch defaults to
+        :meth:`set_epoch`'s, ``keep`` is the streams the item returns (the batch modality's, or every loaded
+        one).
+
+        Raises:
+            ValueError: an unknown batch modality, or one that needs a stream the dataset does not load.
+        """
+        if isinstance(key, tuple):
+            index, batch_modality, epoch = (*key, self.epoch)[:3]
+        else:
+            index, batch_modality, epoch = key, None, self.epoch
+        if batch_modality is not None and batch_modality not in MODALITY_INPUTS:
+            raise ValueError(
+                f"batch modality must be one of {list(MODALITY_INPUTS)}, got {batch_modality!r}"
+            )
+        keep = MODALITY_INPUTS[batch_modality] if batch_modality is not None else self.modalities
+        if not set(keep) <= set(self.modalities):
+            raise ValueError(f"a {batch_modality!r} batch needs {list(keep)}, but the dataset loads only "
+                             f"{list(self.modalities)}")
+        return index, batch_modality, epoch, keep
+
+    def _perturb(
+        self, wav: torch.Tensor | None, video: torch.Tensor | None, aug: AudioAugment | None,
+        ga: torch.Generator | None, keep: Sequence[str], index: int, epoch: int,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, float, tuple[int, int], int]:
+        """The speed perturbation (factor drawn from ``ga``) and the edge silence (its own stream) of ``aug``.
+
+        Args:
+            wav: ``(N,)`` float32 waveform or None.  video: ``(T, H, W)`` uint8 frames or None.
+            aug: the training augmentation, or None (nothing changes).  ga: its random stream.
+            keep: the streams the item returns (a video it does not keep is not shifted, and becomes None).
+
+        Returns:
+            ``(wav, video, factor, edges, num_frames)``: the changed streams, the speed factor (1.0: none),
+            the frames added (> 0) or removed at ``(start, end)`` and the item's length T in 25 fps frames
+            (the video's, else ``ceil(samples / 640)``).
+        """
+        factor, edges = 1.0, (0, 0)
+        if aug is not None and aug.speed_factors and wav is not None:
+            factor = aug.speed_factors[int(torch.randint(0, len(aug.speed_factors), (1,), generator=ga))]
+            wav, video = speed_perturb(wav, factor, video)
+        video_frames = int(video.shape[0]) if video is not None else None
+        if aug is not None and aug.edge_silence_frames is not None:
+            shown = video if "video" in keep else None  # a video the batch does not keep is not copied
+            wav, video, edges = self._shift_edges(wav, shown, aug.edge_silence_frames, index, epoch,
+                                                  aug.edge_silence_keep_length, aug.edge_silence_prob)
+            video_frames = None if video_frames is None else video_frames + sum(edges)
+        num_frames = video_frames if video_frames is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
+        return wav, video, factor, edges, num_frames
+
+    def _item_audio(
+        self, wav: torch.Tensor, num_frames: int, unchanged: bool, g: torch.Generator,
+        ga: torch.Generator | None, aug: AudioAugment | None, index: int, epoch: int,
+        batch_modality: str | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The audio features of an item: another utterance's audio and noise (:meth:`_heard_waveform`),
+        frequency warping (factor drawn from ``ga``), the narrowband channel (its own stream), features and
+        masks (:meth:`_masks`).
+
+        Args:
+            wav: ``(N,)`` float32, the item's (perturbed) waveform.  num_frames: T.
+            unchanged: ``wav`` is the item's waveform as read (no speed change or edge shift).
+            g, ga: the item's main stream (noise) and augmentation stream.  aug: augmentation or None.
+
+        Returns:
+            ``(audio, audio_clean)``: ``(T, 104)`` float32 features, and those of the item's own audio without
+            noise or another utterance's audio (same warp, channel and masks) when ``keep_clean_audio`` asks
+            for them and they differ, else None.
+        """
+        clean = wav  # the item's own waveform: only its features are cached
+        wav = self._heard_waveform(wav, g, aug, index, epoch, batch_modality)
+        warp = 1.0
+        if aug is not None and aug.freq_warp is not None:
+            lo, hi = aug.freq_warp
+            warp = lo + (hi - lo) * float(torch.rand((), generator=ga))
+        narrow = (aug is not None and aug.narrowband_prob > 0
+                  and (not aug.narrowband_audio_only or batch_modality == "audio")
+                  and float(torch.rand((), generator=self._generator(index, epoch, "narrowband")))
+                  < aug.narrowband_prob)
+        heard = narrowband(wav) if narrow else wav
+        audio_feats = self._audio_features(index, heard, num_frames, warp, heard is clean and unchanged)
+        clean_feats = None
+        if (self.keep_clean_audio and self.train and batch_modality == "audiovisual"
+                and wav is not clean):
+            clean_feats = self._audio_features(index, narrowband(clean) if narrow else clean, num_frames,
+                                               warp, unchanged and not narrow)
+        if aug is not None:
+            state = ga.get_state()
+            audio_feats = self._masks(audio_feats, aug, ga, index, epoch, batch_modality)
+            if clean_feats is not None:  # the same masks: the views differ in the noise alone
+                clean_feats = self._masks(clean_feats, aug, ga.set_state(state), index, epoch,
+                                          batch_modality)
+        return audio_feats, clean_feats
+
+    def _heard_waveform(self, wav: torch.Tensor, g: torch.Generator, aug: AudioAugment | None, index: int,
+                        epoch: int, batch_modality: str | None) -> torch.Tensor:
+        """``wav`` ``(N,)`` as the item hears it: replaced by another utterance's audio
+        (:meth:`_mismatched_audio`, audio-visual batches) and with noise (drawn from ``g``,
+        :meth:`_add_noise`); the very same tensor when neither applies."""
+        under_noise = None  # av_mismatch_noisy_only: the audio that takes the item's place under noise
+        if aug is not None and aug.av_mismatch_prob > 0 and batch_modality == "audiovisual":
+            other = self._mismatched_audio(index, epoch, wav.numel(), aug.av_mismatch_prob)
+            if aug.av_mismatch_noisy_only:
+                under_noise = other
+            elif other is not None:
+                wav = other
+        if self.noise is not None:
+            wav = self._add_noise(self.utts[index].utt_id, wav, g, self.noise.prob_for(batch_modality),
+                                  under_noise)
+        return wav
 
     def _audio_features(self, index: int, wav: torch.Tensor, num_frames: int, warp: float,
                         own_unperturbed: bool) -> torch.Tensor:

@@ -699,6 +699,39 @@ def preprocess_video(
     """
     start = time.perf_counter()
     src = Path(src)
+    frames, source_fps, wav, landmarks = _read_source(src, dst_wav, fps, sample_rate, landmarks)
+    frames, wav, landmarks = _cut_segment(src, frames, wav, landmarks, fps, sample_rate, start_s, end_s)
+    track = extract_mouth_roi(frames, landmarks, size, smooth_window, name=str(src))
+    stats = {
+        "frames": track.num_frames,
+        "frames_without_face": track.num_missing,
+        "frames_clamped": int(track.clamped.sum()),
+        "seconds": track.num_frames / fps,
+        "source_fps": source_fps,
+    }
+    stats.update(_write_outputs(src, track.frames, wav, dst_mp4, dst_wav, fps, sample_rate))
+    stats["processing_fps"] = track.num_frames / max(time.perf_counter() - start, 1e-9)
+    return stats
+
+
+def _read_source(
+    src: Path,
+    dst_wav: str | os.PathLike | None,
+    fps: float,
+    sample_rate: int,
+    landmarks: str | os.PathLike | np.ndarray | None,
+) -> tuple[np.ndarray, float, torch.Tensor | None, np.ndarray | None]:
+    """The frames, audio and landmarks of :func:`preprocess_video`'s source video.
+
+    Returns:
+        ``(frames, source_fps, wav, landmarks)``: uint8 ``(T, H, W, 3)`` RGB frames at ``fps`` (cut to the
+        frames that have landmarks, as the original), the source's frame rate, float32 ``(N,)`` mono audio at
+        ``sample_rate`` (None without ``dst_wav``) and float ``(T, 68, 2)`` landmarks (NaN rows missing) or
+        None.
+
+    Raises:
+        RoiError: unreadable media, or more landmark frames than video frames (names ``src``).
+    """
     if isinstance(landmarks, (str, os.PathLike)):
         landmarks = load_landmarks(landmarks)[0]
     try:
@@ -714,6 +747,26 @@ def preprocess_video(
                 f"{fps:g} fps"
             )
         frames = frames[: len(landmarks)]  # as the original: frames after the last landmark are not cut
+    return frames, source_fps, wav, landmarks
+
+
+def _cut_segment(
+    src: Path,
+    frames: np.ndarray,
+    wav: torch.Tensor | None,
+    landmarks: np.ndarray | None,
+    fps: float,
+    sample_rate: int,
+    start_s: float,
+    end_s: float | None,
+) -> tuple[np.ndarray, torch.Tensor | None, np.ndarray | None]:
+    """``frames`` ``(T, H, W, 3)``, ``landmarks`` ``(T, 68, 2)`` and ``wav`` ``(N,)`` cut to the segment
+    ``start_s`` .. ``end_s`` (frames ``round(start_s * fps)`` to ``round(end_s * fps)``, excluded; the audio
+    from the first kept frame on); None stays None.
+
+    Raises:
+        RoiError: the segment holds no frame (names ``src``).
+    """
     first = max(0, int(round(start_s * fps)))
     last = frames.shape[0] if end_s is None or end_s < 0 else min(frames.shape[0], int(round(end_s * fps)))
     if last <= first:
@@ -726,23 +779,36 @@ def preprocess_video(
         landmarks = landmarks[first:last]
     if wav is not None:
         wav = wav[int(round(first * sample_rate / fps)) :]
-    track = extract_mouth_roi(frames, landmarks, size, smooth_window, name=str(src))
-    stats = {
-        "frames": track.num_frames,
-        "frames_without_face": track.num_missing,
-        "frames_clamped": int(track.clamped.sum()),
-        "seconds": track.num_frames / fps,
-        "source_fps": source_fps,
-    }
+    return frames, wav, landmarks
+
+
+def _write_outputs(
+    src: Path,
+    roi: np.ndarray,
+    wav: torch.Tensor | None,
+    dst_mp4: str | os.PathLike,
+    dst_wav: str | os.PathLike | None,
+    fps: float,
+    sample_rate: int,
+) -> dict:
+    """Write the wav (``wav`` ``(N,)`` zero-padded or cut to ``sample_rate / fps`` samples per frame of
+    ``roi``; skipped when ``wav`` is None), then the ROI mp4 (``roi``: uint8 ``(T, S, S)``), each atomically.
+
+    Returns:
+        ``{"audio_padded_s": seconds of zeros added}`` with a wav, else ``{}``.
+
+    Raises:
+        RoiError: an output cannot be written (names ``src``).
+    """
+    stats = {}
     try:
         if wav is not None:
-            num_samples = int(round(track.num_frames * sample_rate / fps))
+            num_samples = int(round(roi.shape[0] * sample_rate / fps))
             stats["audio_padded_s"] = max(0, num_samples - wav.shape[0]) / sample_rate
             aligned = torch.zeros(num_samples)
             aligned[: min(num_samples, wav.shape[0])] = wav[:num_samples]
             write_wav(dst_wav, aligned, sample_rate)
-        write_video(dst_mp4, track.frames, fps=int(round(fps)))
+        write_video(dst_mp4, roi, fps=int(round(fps)))
     except MediaError as exc:
         raise RoiError(f"{src}: {exc}") from exc
-    stats["processing_fps"] = track.num_frames / max(time.perf_counter() - start, 1e-9)
     return stats

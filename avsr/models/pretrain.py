@@ -335,10 +335,28 @@ class AVHubertPretrainModel(nn.Module):
             ValueError: the label errors of :meth:`align_targets`, both modalities None, and the encoder's
                 input errors.
         """
+        audio, video, lengths, targets, padding = self._prepare_batch(audio, video, lengths, labels)
+        x, mask, features_pen = self._encode(audio, video, lengths, padding)
+        return self._loss(x, mask, padding, targets, features_pen)
+
+    def _prepare_batch(
+        self, audio: Tensor | None, video: Tensor | None, lengths: Tensor, labels: Sequence[Tensor]
+    ) -> tuple[Tensor | None, Tensor | None, Tensor, list[Tensor], Tensor]:
+        """Targets at the input frame rate (:meth:`align_targets`) and the inputs cropped to them.
+
+        Returns:
+            ``(audio, video, lengths, targets, padding)``: the inputs cut to the ``T`` frames that have labels
+            (``(B, 104, T)`` / ``(B, 1, T, H, W)`` or None), ``lengths`` ``(B,)`` int64 clamped to ``T``, one
+            ``(B, T)`` int64 target tensor per label set and ``padding`` ``(B, T)`` bool (True at padding),
+            all on the inputs' device.
+
+        Raises:
+            ValueError: both modalities None, or the label errors of :meth:`align_targets`.
+        """
         ref = audio if audio is not None else video
         if ref is None:
             raise ValueError("audio and video are both None; at least one modality is needed")
-        b, t = ref.shape[0], ref.shape[2]
+        t = ref.shape[2]
         targets, t_used = self.align_targets(labels, t)
         device = ref.device
         targets = [tgt.to(device) for tgt in targets]
@@ -349,18 +367,58 @@ class AVHubertPretrainModel(nn.Module):
             lengths = lengths.clamp(max=t_used)
             t = t_used
         padding = torch.arange(t, device=device)[None, :] >= lengths[:, None]
+        return audio, video, lengths, targets, padding
 
+    def _encode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor, padding: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        """Masked encoding: input masking (:meth:`_mask_inputs`) or feature masking (one span mask on the
+        fused features, filled with ``mask_emb``) around the encoder.
+
+        Returns:
+            ``(x, mask, features_pen)``: encoder output ``(B, T, D)``, the masked frames ``(B, T)`` bool and
+            the fused features' penalty (scalar) of ``encoder.embed``.
+        """
         c = self.conf
         if c.masking_type == "input":
             audio, video, mask = self._mask_inputs(audio, video, padding, lengths)
         emb = self.encoder.embed({"audio": audio, "video": video}, lengths)
         x = emb.x
         if c.masking_type == "feature":
-            mask = compute_span_mask((b, t), padding, c.mask_prob_audio, c.mask_length_audio, MIN_MASKS,
-                                     require_same_masks=c.require_same_masks)
+            ref = audio if audio is not None else video
+            mask = compute_span_mask((ref.shape[0], ref.shape[2]), padding, c.mask_prob_audio,
+                                     c.mask_length_audio, MIN_MASKS, require_same_masks=c.require_same_masks)
             x = apply_input_mask(x, mask, "mask_emb", mask_emb=self.mask_emb)
-        x = self.encoder.encoder(x, emb.padding_mask)
+        return self.encoder.encoder(x, emb.padding_mask), mask, emb.features_pen
 
+    def _set_logits(self, i: int, p: Tensor, tgt: Tensor, masked: Tensor, unmasked: Tensor
+                    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Logits and targets of label set ``i`` on the masked and the unmasked frames.
+
+        Args:
+            p: ``(B, T, final_dim)`` projected frames.  tgt: ``(B, T)`` int64 targets.
+            masked, unmasked: ``(B, T)`` bool, the non-padding frames of each part.
+
+        Returns:
+            ``(lg_m, t_m, lg_u, t_u)``: ``(N_m, K_i)`` float32 logits and ``(N_m,)`` targets of the masked
+            frames, the same of the unmasked ones. With ``pred_nomask_weight > 0`` one :meth:`_logits` call
+            covers all frames (one memory update per step); otherwise the unmasked logits carry no gradient.
+        """
+        if self.conf.pred_nomask_weight > 0:
+            valid = masked | unmasked  # ~padding
+            logits = self._logits(i, p[valid], tgt[valid])
+            is_m = masked[valid]
+            return logits[is_m], tgt[masked], logits[~is_m], tgt[unmasked]
+        lg_m, t_m = self._logits(i, p[masked], tgt[masked]), tgt[masked]
+        with torch.no_grad():
+            lg_u, t_u = self._logits(i, p[unmasked], tgt[unmasked]), tgt[unmasked]
+        return lg_m, t_m, lg_u, t_u
+
+    def _loss(self, x: Tensor, mask: Tensor, padding: Tensor, targets: Sequence[Tensor], features_pen: Tensor
+              ) -> tuple[Tensor, dict[str, Tensor]]:
+        """Cluster prediction loss and statistics (see :meth:`forward`) of encoder output ``x`` ``(B, T, D)``
+        with masked frames ``mask`` and padding ``padding`` (both ``(B, T)`` bool), one ``(B, T)`` int64
+        target tensor per label set and the fused features' penalty (scalar)."""
+        c = self.conf
         proj = self.final_proj(x)
         sets = len(self.num_classes)
         projs = proj.chunk(sets, dim=-1) if c.untie_final_proj else [proj] * sets
@@ -369,17 +427,9 @@ class AVHubertPretrainModel(nn.Module):
         loss = proj.new_zeros((), dtype=torch.float32)
         # statistics as tensors (no host synchronisation): summed cross-entropies, correct and labelled frames
         loss_m = loss_u = cor_m = cor_u = cnt_m = cnt_u = loss.new_zeros(())
-        with torch.autocast(device.type, enabled=False):
+        with torch.autocast(padding.device.type, enabled=False):
             for i, (p, tgt) in enumerate(zip(projs, targets)):
-                if w_u > 0:  # one call over all frames (one memory update per step)
-                    valid = ~padding
-                    logits = self._logits(i, p[valid], tgt[valid])
-                    is_m = masked[valid]
-                    lg_m, t_m, lg_u, t_u = logits[is_m], tgt[masked], logits[~is_m], tgt[unmasked]
-                else:
-                    lg_m, t_m = self._logits(i, p[masked], tgt[masked]), tgt[masked]
-                    with torch.no_grad():
-                        lg_u, t_u = self._logits(i, p[unmasked], tgt[unmasked]), tgt[unmasked]
+                lg_m, t_m, lg_u, t_u = self._set_logits(i, p, tgt, masked, unmasked)
                 ce_m = F.cross_entropy(lg_m, t_m, ignore_index=-1, reduction="sum")
                 ce_u = F.cross_entropy(lg_u, t_u, ignore_index=-1, reduction="sum")
                 n_m, n_u = (t_m >= 0).sum(), (t_u >= 0).sum()
@@ -391,7 +441,7 @@ class AVHubertPretrainModel(nn.Module):
                     cor_m = cor_m + ((lg_m.argmax(-1) == t_m) & (t_m >= 0)).sum()
                     cor_u = cor_u + ((lg_u.argmax(-1) == t_u) & (t_u >= 0)).sum()
                 cnt_m, cnt_u = cnt_m + n_m, cnt_u + n_u
-            pen = c.loss_weights[0] * emb.features_pen.float() if c.loss_weights else loss.new_zeros(())
+            pen = c.loss_weights[0] * features_pen.float() if c.loss_weights else loss.new_zeros(())
             loss = loss + pen
         nan = torch.full((), float("nan"), device=loss.device)
         stats = {

@@ -79,6 +79,36 @@ def compute_span_mask(
             ``padding_mask`` not of shape ``(B, T)``.
     """
     b, t = int(shape[0]), int(shape[1])
+    device = _span_mask_device(b, t, padding_mask, mask_prob, mask_length, min_masks, generator, device)
+    if mask_prob == 0.0 or b == 0 or t == 0:
+        return torch.zeros(b, t, dtype=torch.bool, device=device)
+    if padding_mask is None:
+        n_valid = torch.full((b,), t, device=device, dtype=torch.long)
+    else:
+        n_valid = t - padding_mask.long().sum(1)
+    starts = _span_starts(n_valid, t, mask_prob, mask_length, min_masks, generator)
+    mask = _spans_to_mask(starts, n_valid, mask_length)
+    if require_same_masks and b > 1:
+        mask = _equalise_masks(mask, generator)
+    return mask
+
+
+def _span_mask_device(
+    b: int,
+    t: int,
+    padding_mask: torch.Tensor | None,
+    mask_prob: float,
+    mask_length: int,
+    min_masks: int,
+    generator: torch.Generator | None,
+    device: torch.device | str | None,
+) -> torch.device | str:
+    """Check the arguments of :func:`compute_span_mask` and return the device to compute on:
+    ``padding_mask``'s, else ``device``, else the generator's, else CPU.
+
+    Raises:
+        ValueError: as :func:`compute_span_mask` says.
+    """
     if not 0.0 <= mask_prob <= 1.0:
         raise ValueError(f"mask_prob must lie in [0, 1], got {mask_prob}")
     if mask_length < 1:
@@ -88,18 +118,25 @@ def compute_span_mask(
     if padding_mask is not None:
         if tuple(padding_mask.shape) != (b, t):
             raise ValueError(f"padding_mask must have shape {(b, t)}, got {tuple(padding_mask.shape)}")
-        device = padding_mask.device
-    elif device is None:
-        device = generator.device if generator is not None else torch.device("cpu")
-    if mask_prob == 0.0 or b == 0 or t == 0:
-        return torch.zeros(b, t, dtype=torch.bool, device=device)
+        return padding_mask.device
+    if device is None:
+        return generator.device if generator is not None else torch.device("cpu")
+    return device
 
+
+def _span_starts(
+    n_valid: torch.Tensor,
+    t: int,
+    mask_prob: float,
+    mask_length: int,
+    min_masks: int,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """The span starts of :func:`compute_span_mask`: ``(B, T)`` bool, ``k_b`` distinct random starts per
+    row (``n_valid``: ``(B,)`` int64 valid frames). Draws ``(B,)`` float64 (the number of spans), then
+    ``(B, T)`` float32 (the starts) from ``generator``."""
+    b, device = n_valid.shape[0], n_valid.device
     frames = torch.arange(t, device=device)
-    if padding_mask is None:
-        n_valid = torch.full((b,), t, device=device, dtype=torch.long)
-    else:
-        n_valid = t - padding_mask.long().sum(1)
-
     u = torch.rand(b, device=device, generator=generator, dtype=torch.float64)
     num_spans = (mask_prob * n_valid.double() / mask_length + u).long().clamp(min=min_masks)
     # fairseq: starts in [0, n - mask_length), or in [0, num_spans + 1) when that range is too small
@@ -108,18 +145,27 @@ def compute_span_mask(
     scores = torch.rand(b, t, device=device, generator=generator)
     scores = scores.masked_fill(frames[None, :] >= start_range[:, None], 2.0)  # never chosen first
     num_spans = torch.minimum(num_spans, start_range.clamp(max=t))
-    starts = _ranks(scores) < num_spans[:, None]  # (B, T) k_b distinct random starts per row
+    return _ranks(scores) < num_spans[:, None]
 
-    # frame f is masked when a span starts in (f - mask_length, f]
+
+def _spans_to_mask(starts: torch.Tensor, n_valid: torch.Tensor, mask_length: int) -> torch.Tensor:
+    """``(B, T)`` bool mask of the spans of ``mask_length`` frames beginning at ``starts`` ``(B, T)`` bool,
+    False at or after ``n_valid`` ``(B,)``: frame ``f`` is masked when a span starts in
+    ``(f - mask_length, f]``."""
+    t = starts.shape[1]
+    frames = torch.arange(t, device=starts.device)
     cum = starts.long().cumsum(1)
     before = F.pad(cum, (mask_length, 0))[:, :t]
-    mask = (cum - before > 0) & (frames[None, :] < n_valid[:, None])
+    return (cum - before > 0) & (frames[None, :] < n_valid[:, None])
 
-    if require_same_masks and b > 1:
-        target = mask.sum(1).min()
-        keep_scores = torch.rand(b, t, device=device, generator=generator).masked_fill(~mask, 2.0)
-        mask = mask & (_ranks(keep_scores) < target)
-    return mask
+
+def _equalise_masks(mask: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """``require_same_masks``: ``mask`` ``(B, T)`` bool with each row keeping a random subset (one
+    ``(B, T)`` float32 draw) of its masked frames, as many as the row with the fewest."""
+    b, t = mask.shape
+    target = mask.sum(1).min()
+    keep_scores = torch.rand(b, t, device=mask.device, generator=generator).masked_fill(~mask, 2.0)
+    return mask & (_ranks(keep_scores) < target)
 
 
 def span_bounds(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

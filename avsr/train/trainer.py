@@ -373,11 +373,34 @@ def _accumulate(sums: dict[str, torch.Tensor], stats: dict) -> None:
         sums[k] = sums[k] + v if k in sums else v.clone()
 
 
+def _join_process_group(device: str) -> tuple[int, int, torch.device]:
+    """``(world_size, rank, device)`` from torchrun's environment (:func:`_dist_info`); with several processes
+    joins the process group (NCCL on CUDA, else gloo) if not yet done and takes the local rank's GPU."""
+    world, rank, local = _dist_info()
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+    if device.startswith("cuda") and world > 1:
+        device = f"cuda:{local}"
+    return world, rank, torch.device(device)
+
+
 def _dist_info() -> tuple[int, int, int]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     return world, rank, local
+
+
+def _data_stats(train_set: AVDataset, lengths: list[int], narrowband_prob: float) -> dict:
+    """What inference needs to know of the training data (the Transcriber's warning and segmentation), saved
+    in checkpoints: ``max_frames`` and ``num_utts`` of ``lengths`` (frames per utterance), ``narrowband_prob``
+    and, with audio, ``edge_frames`` (:func:`_training_edges`)."""
+    stats = {"max_frames": max(lengths, default=0), "num_utts": len(lengths),
+             "narrowband_prob": narrowband_prob}
+    edges = _training_edges(train_set)
+    if edges is not None:  # the edges the Transcriber brings every input into (avsr.features.edge_shift)
+        stats["edge_frames"] = [list(edges[0]), list(edges[1])]
+    return stats
 
 
 #: at most this many training utterances are read for the silent edges of ``data_stats``.
@@ -445,24 +468,40 @@ class Trainer:
         if cfg.flush_denormal:  # this thread; avsr-train sets it earlier, for every thread
             flush_denormal(True)
         self.exp_dir = Path(exp_dir)
-        self.world, self.rank, local = _dist_info()
-        if self.world > 1 and not dist.is_initialized():
-            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-        if device.startswith("cuda") and self.world > 1:
-            device = f"cuda:{local}"
-        self.device = torch.device(device)
+        self.world, self.rank, self.device = _join_process_group(device)
         if keep_freed_memory():
             logger.debug("malloc keeps freed memory for reuse (mallopt)")
         self.model = model.to(self.device)
         self.model_config = model_config
         self.train_set, self.valid_set = train_set, valid_set
         lengths = [train_set.num_frames(i) for i in range(len(train_set))]
-        # what inference needs to know of the training data (the Transcriber's warning and segmentation)
-        self.data_stats = {"max_frames": max(lengths, default=0), "num_utts": len(lengths),
-                           "narrowband_prob": cfg.narrowband_prob}
-        edges = _training_edges(train_set)
-        if edges is not None:  # the edges the Transcriber brings every input into (avsr.features.edge_shift)
-            self.data_stats["edge_frames"] = [list(edges[0]), list(edges[1])]
+        self.data_stats = _data_stats(train_set, lengths, cfg.narrowband_prob)
+        self.sampler = self._training_sampler(model, train_set, lengths)
+        self._check_batch_modality_options(model, train_set)
+        self.valid_sampler, self.loader, self.valid_loader = self._loaders(train_set, valid_set)
+        self.ddp = (
+            torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
+            if self.world > 1
+            else self.model
+        )
+        self._build_optimizer()
+        self.epoch = 0
+        self.step = 0
+        self.precision = cfg.resolved_precision(self.device)
+        self.video_precision = cfg.resolved_video_precision(self.device)
+        encoder = getattr(model, "encoder", None)
+        if isinstance(encoder, AVHubertEncoder):
+            encoder.checkpoint_activations = cfg.checkpoint_activations
+            encoder.video_precision = self.video_precision
+        if cfg.compile:
+            compile_model(self.model)
+
+    def _training_sampler(self, model, train_set: AVDataset, lengths: list[int]
+                          ) -> BucketBatchSampler | ModalityBatchSampler:
+        """The training batches of this rank: length buckets of ``lengths`` (frames per utterance), wrapped in
+        the encoder's :class:`ModalityBatchSampler` when the loader draws the modality dropout (see the class
+        docstring)."""
+        cfg = self.cfg
         buckets = BucketBatchSampler(
             lengths,
             cfg.batch_frames,
@@ -472,13 +511,23 @@ class Trainer:
             num_replicas=self.world,
             rank=self.rank,
         )
-        self.sampler: BucketBatchSampler | ModalityBatchSampler = buckets
         encoder = getattr(model, "encoder", None)
         if (isinstance(encoder, AVHubertEncoder) and encoder.config.modality_dropout > 0
                 and set(train_set.modalities) == {"audio", "video"}):
             # modality dropout drawn per batch by the loader: audio-only batches skip the video's crop and
             # get their own noise probability; the encoder then does not draw again
-            self.sampler = encoder.hand_over_modality_dropout(buckets, seed=cfg.seed)
+            return encoder.hand_over_modality_dropout(buckets, seed=cfg.seed)
+        return buckets
+
+    def _check_batch_modality_options(self, model, train_set: AVDataset) -> None:
+        """Refuse the options that act on the batch modality when the loader draws none, and tell the training
+        set to keep the clean audio of audio-visual batches when the model asks for that view.
+
+        Raises:
+            ConfigError: such an option without a :class:`ModalityBatchSampler`, or
+                ``av_mismatch_noisy_only`` without training noise.
+        """
+        cfg = self.cfg
         views = getattr(getattr(model, "conf", None), "av_batch_views", ())
         # options that act on the batch modality the loader draws: refused, not ignored, without it
         needs_batch_modality = {
@@ -498,9 +547,15 @@ class Trainer:
             train_set.keep_clean_audio = True
         if cfg.av_mismatch_prob > 0 and cfg.av_mismatch_noisy_only and train_set.noise is None:
             raise ConfigError("av_mismatch_noisy_only needs training noise (--train-noise, noise_prob > 0)")
+
+    def _loaders(self, train_set: AVDataset, valid_set: AVDataset
+                 ) -> tuple[BucketBatchSampler, torch.utils.data.DataLoader, torch.utils.data.DataLoader]:
+        """``(valid_sampler, loader, valid_loader)``: the validation batches (length buckets, fixed order) and
+        the DataLoaders of both sets (training keys carry the epoch, :class:`EpochKeyedBatches`)."""
+        cfg = self.cfg
         vlen = [valid_set.num_frames(i) for i in range(len(valid_set))]
-        self.valid_sampler = BucketBatchSampler(vlen, cfg.batch_frames, cfg.max_batch_size, shuffle=False)
-        self.loader = torch.utils.data.DataLoader(
+        valid_sampler = BucketBatchSampler(vlen, cfg.batch_frames, cfg.max_batch_size, shuffle=False)
+        loader = torch.utils.data.DataLoader(
             train_set,
             batch_sampler=EpochKeyedBatches(self.sampler),  # the epoch reaches the workers' dataset copies
             collate_fn=collate,
@@ -508,28 +563,21 @@ class Trainer:
             persistent_workers=cfg.num_workers > 0,
             pin_memory=self.device.type == "cuda",  # asynchronous host-to-GPU copies (_to)
         )
-        self.valid_loader = torch.utils.data.DataLoader(
-            valid_set, batch_sampler=self.valid_sampler, collate_fn=collate
+        valid_loader = torch.utils.data.DataLoader(
+            valid_set, batch_sampler=valid_sampler, collate_fn=collate
         )
-        self.ddp = (
-            torch.nn.parallel.DistributedDataParallel(self.model, find_unused_parameters=True)
-            if self.world > 1
-            else self.model
-        )
+        return valid_sampler, loader, valid_loader
+
+    def _build_optimizer(self) -> None:
+        """Set ``optimizer`` (AdamW over the model's parameters, :func:`make_adamw`), ``total_steps`` (the
+        optimiser steps of the run) and ``scheduler`` (warm-up + cosine, :func:`lr_lambda`, reading
+        ``total_steps``)."""
+        cfg = self.cfg
         self.optimizer = make_adamw(self.model.parameters(), cfg)
         self.total_steps = max(1, cfg.max_epoch * len(self.sampler) // cfg.accum_grad)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: lr_lambda(s, cfg.warmup_steps, self.total_steps, cfg.final_lr_scale)
         )
-        self.epoch = 0
-        self.step = 0
-        self.precision = cfg.resolved_precision(self.device)
-        self.video_precision = cfg.resolved_video_precision(self.device)
-        if isinstance(encoder, AVHubertEncoder):
-            encoder.checkpoint_activations = cfg.checkpoint_activations
-            encoder.video_precision = self.video_precision
-        if cfg.compile:
-            compile_model(self.model)
 
     @property
     def is_main(self) -> bool:
