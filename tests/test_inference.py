@@ -650,3 +650,25 @@ def test_avsr_transcribe_builds_the_transcriber_with_its_settings(env, tmp_path,
     assert built["max_segment_s"] == 4.0 and built["decode_overrides"] is None
     with pytest.raises(SystemExit):
         transcribe.main([*args, "--max-segment-s", "0.1"])
+
+
+def test_the_decoding_stage_is_a_library_call_whose_conflicts_name_no_cli_option(env, tmp_path):
+    from avsr.data.datadir import Utterance, write_datadir
+    from avsr.inference.decode_dir import DecodeJob, SettingsConflict, decode_test_set
+
+    (v, w) = env["utts"][0]
+    write_datadir(tmp_path / "data", [Utterance("spk-u0", "spk", wav=str(w), video=str(v), text="BIN BLUE")])
+    decode_yaml = tmp_path / "decode.yaml"
+    decode_yaml.write_text(yaml.safe_dump(DECODE))
+    job = DecodeJob(source=env["exp"], bpemodel=None, decode_config=str(decode_yaml), data=tmp_path / "data",
+                    out=tmp_path / "dec", test_set="t", modalities=["audio"], noise_file=env["noise"],
+                    snrs=[0.0], average_nbest=1)
+    assert job.conditions() == [("clean", None), ("babble_0", 0.0)]
+    assert decode_test_set(job) == tmp_path / "dec/t"
+    hyp = (tmp_path / "dec/t/audio/clean/hyp").read_text().split(maxsplit=1)
+    assert hyp[0] == "spk-u0" and hyp[1].strip() == Transcriber(env["models"][1], env["tokenizer"], DECODE)(
+        audio=w).text
+    job.edge_frames = (5, 4)
+    with pytest.raises(SettingsConflict, match="edge_frames differ") as err:
+        decode_test_set(job)
+    assert "--" not in str(err.value).replace(str(tmp_path), "")

@@ -4,8 +4,9 @@
 settings, or from a trained model with :meth:`Transcriber.from_pretrained` (an experiment directory, whose
 best checkpoints are averaged; an avsr checkpoint; an official fairseq AV-HuBERT fine-tuned checkpoint);
 :meth:`Transcriber.__call__` transcribes one utterance and :meth:`Transcriber.transcribe_batch` many,
-batched over utterances. The recipe's decoding stage (``python -m avsr.bin.decode``), ``avsr transcribe``
-and Python users all go through this class, so a file gives the same words whichever way it is decoded.
+batched over utterances. The recipe's decoding stage (``python -m avsr.bin.decode``,
+:mod:`avsr.inference.decode_dir`), ``avsr transcribe`` and Python users all go through this class, so a file
+gives the same words whichever way it is decoded.
 
 The parts, one concept per module:
 
@@ -16,7 +17,9 @@ The parts, one concept per module:
   speech brought into the range of the model's training audio (``edge_frames``);
 * :mod:`avsr.inference.pretrained`: a trained model's weights, tokenizer and recorded facts
   (:func:`model_defaults`);
-* :mod:`avsr.inference.transcriber`: :class:`Transcriber`: batching, features, search, word timings.
+* :mod:`avsr.inference.transcriber`: :class:`Transcriber`: batching, features, search, word timings;
+* :mod:`avsr.inference.decode_dir`: the recipe's decoding stage: a test set under every modality and noise
+  condition into a resumable decode directory.
 
 Errors speak to the caller of this API (``modality='audio'``, ``edge_frames``); the command-line tools
 translate them to their options.
