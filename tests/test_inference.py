@@ -164,7 +164,7 @@ def test_the_video_cache_skips_the_video_and_changes_nothing(env, monkeypatch):
     def no_video(*args, **kwargs):
         raise AssertionError("the video was read although it is cached")
 
-    monkeypatch.setattr("avsr.inference.read_video", no_video)
+    monkeypatch.setattr("avsr.inference.inputs.read_video", no_video)
     second = tr.transcribe_batch(items, noise=env["noise"], snr_db=0.0, video_cache=cache)
     assert [r.tokens for r in first] == [r.tokens for r in plain[None]]
     assert [r.tokens for r in second] == [r.tokens for r in plain[0.0]]
@@ -586,3 +586,89 @@ def test_the_decoding_stage_gives_the_training_edges_and_decodes_video_in_every_
     for cond, text in want.items():
         assert (tmp_path / f"dec/t/video/{cond}/hyp").read_text().split(maxsplit=1)[1].strip() == text
     assert decode([*args[:-2], "--edge-frames", "off"]) == 2  # other settings: refused, named
+
+
+def test_settings_are_given_when_the_transcriber_is_built(env, tmp_path):
+    from avsr.inference import DEFAULT_SEGMENT_S
+
+    tr = Transcriber(env["models"][0], env["tokenizer"], DECODE, decode_overrides={"beam_size": 3})
+    assert tr.config == DecodeConfig(**{**DECODE, "beam_size": 3}) and tr.searcher.config is tr.config
+    decode_yaml = tmp_path / "decode.yaml"
+    decode_yaml.write_text(yaml.safe_dump(DECODE))
+    by_path = Transcriber(env["models"][0], env["tokenizer"], decode_yaml, decode_overrides={"beam_size": 4})
+    assert by_path.config.beam_size == 4 and by_path.config.ctc_weight == 0.3
+    assert Transcriber.from_pretrained(env["exp"], decode_overrides={"beam_size": 5}).config == DecodeConfig(
+        beam_size=5)  # over the model's defaults
+    assert Transcriber.from_pretrained(env["exp"], max_segment_s="model").max_segment_s == DEFAULT_SEGMENT_S
+    ckpt = torch.load(env["exp"] / "epoch2.pt", weights_only=False)
+    ckpt["data_stats"] = {"max_frames": 60}
+    save_atomic(ckpt, tmp_path / "m.pt")
+    (tmp_path / "bpe.model").write_bytes((env["exp"] / "bpe.model").read_bytes())
+    assert Transcriber.from_pretrained(tmp_path / "m.pt", max_segment_s="model").max_segment_s == 60 / 25
+    with pytest.raises(ValueError, match="max_segment_s"):
+        Transcriber.from_pretrained(tmp_path / "m.pt", max_segment_s="auto")
+    with pytest.raises(ValueError, match="max_segment_s must be at least"):
+        Transcriber(env["models"][0], env["tokenizer"], DECODE, max_segment_s=0.1)
+
+
+def test_errors_speak_to_the_api_caller_and_the_cli_names_its_options(env):
+    from avsr.bin.transcribe import cli_message
+
+    tr = _transcriber(env)
+    wav = env["utts"][0][1]
+    with pytest.raises(InferenceError) as err:
+        tr(video=wav)  # a wav has no video track
+    assert "(try modality='audio')" in str(err.value) and "--modality" not in str(err.value)
+    with pytest.raises(InferenceError) as err:
+        tr(audio=wav, modality="video")
+    assert "no video given" in str(err.value) and "modality='audio'" in str(err.value)
+    assert cli_message(str(err.value)).endswith("(try --modality audio)")
+    assert cli_message("x: no face (... with the audio modality: modality='audio')") == (
+        "x: no face (... with the audio modality: --modality audio)")
+
+
+def test_avsr_transcribe_builds_the_transcriber_with_its_settings(env, tmp_path, monkeypatch):
+    from avsr.bin import transcribe
+
+    built = {}
+
+    class Built:
+        def transcribe_batch(self, items, **kwargs):
+            return [transcribe.Transcript(key=i.key, text="X") for i in items]
+
+    def from_pretrained(source, **kwargs):
+        built.update(kwargs)
+        return Built()
+
+    monkeypatch.setattr(transcribe.Transcriber, "from_pretrained", from_pretrained)
+    mp4 = env["utts"][0][0]
+    args = [str(mp4), "--checkpoint", str(env["exp"]), "--beam-size", "7"]
+    assert transcribe.main(args) == 0
+    assert built["decode_overrides"] == {"beam_size": 7} and built["max_segment_s"] == "model"
+    assert transcribe.main([*args, "--max-segment-s", "0"]) == 0 and built["max_segment_s"] is None
+    assert transcribe.main([str(mp4), "--checkpoint", "x", "--max-segment-s", "4"]) == 0
+    assert built["max_segment_s"] == 4.0 and built["decode_overrides"] is None
+    with pytest.raises(SystemExit):
+        transcribe.main([*args, "--max-segment-s", "0.1"])
+
+
+def test_the_decoding_stage_is_a_library_call_whose_conflicts_name_no_cli_option(env, tmp_path):
+    from avsr.data.datadir import Utterance, write_datadir
+    from avsr.inference.decode_dir import DecodeJob, SettingsConflict, decode_test_set
+
+    (v, w) = env["utts"][0]
+    write_datadir(tmp_path / "data", [Utterance("spk-u0", "spk", wav=str(w), video=str(v), text="BIN BLUE")])
+    decode_yaml = tmp_path / "decode.yaml"
+    decode_yaml.write_text(yaml.safe_dump(DECODE))
+    job = DecodeJob(source=env["exp"], bpemodel=None, decode_config=str(decode_yaml), data=tmp_path / "data",
+                    out=tmp_path / "dec", test_set="t", modalities=["audio"], noise_file=env["noise"],
+                    snrs=[0.0], average_nbest=1)
+    assert job.conditions() == [("clean", None), ("babble_0", 0.0)]
+    assert decode_test_set(job) == tmp_path / "dec/t"
+    hyp = (tmp_path / "dec/t/audio/clean/hyp").read_text().split(maxsplit=1)
+    assert hyp[0] == "spk-u0" and hyp[1].strip() == Transcriber(env["models"][1], env["tokenizer"], DECODE)(
+        audio=w).text
+    job.edge_frames = (5, 4)
+    with pytest.raises(SettingsConflict, match="edge_frames differ") as err:
+        decode_test_set(job)
+    assert "--" not in str(err.value).replace(str(tmp_path), "")

@@ -16,7 +16,8 @@ averaged; the tokenizer is its ``bpe.model``), an avsr checkpoint file (tokenize
 
 A file that cannot be transcribed (no face when the video is needed, no audio track when the audio is,
 unreadable) is reported by name with the reason, and the others are still transcribed (and written to the
-JSON, with an ``error`` row for each failed one); the exit status is then 1.
+JSON, with an ``error`` row for each failed one); the exit status is then 1. The reasons are the
+Transcriber's, with its arguments named as this tool's options (``modality='audio'`` as ``--modality audio``).
 
 Usage: ``avsr transcribe talk.mp4 clips/ --checkpoint exp/avsr_x [--modality audiovisual] [--json out.json]
 [--snr-db 0 --noise babble.wav] [--beam-size 10] [--decode-config default] [--device cuda]``
@@ -25,29 +26,31 @@ Usage: ``avsr transcribe talk.mp4 clips/ --checkpoint exp/avsr_x [--modality aud
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
+import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from avsr.bin.runner import tool
 from avsr.fileio import write_text_atomic
 from avsr.inference import (
+    DEFAULT_SEGMENT_S,
     InferenceError,
     TranscribeItem,
     Transcriber,
+    Transcript,
     parse_edge_frames,
 )
+from avsr.inference.segments import MIN_SEGMENT_S
 from avsr.modalities import MODALITY_INPUTS
 from avsr.nn.precision import PRECISIONS
 
 logger = logging.getLogger("avsr.transcribe")
 
-#: the longest piece of a long input when the model does not record its training range, in seconds.
-DEFAULT_SEGMENT_S = 15.0
 #: file name endings taken from a folder.
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".mpg", ".mpeg")
 
@@ -70,9 +73,14 @@ def collect_inputs(paths: list[Path]) -> tuple[list[Path], dict[Path, str]]:
     return files, bad
 
 
-@tool("avsr-transcribe")
-def main(argv: list[str] | None = None) -> int | None:
-    """Command-line entry point (see the module docstring). Returns the exit status."""
+def cli_message(message: str) -> str:
+    """An error of :mod:`avsr.inference` with its arguments named as this tool's options
+    (``modality='audio'`` -> ``--modality audio``)."""
+    return re.sub(r"\bmodality='(\w+)'", r"--modality \1", message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The command line of the tool (see the module docstring)."""
     p = argparse.ArgumentParser(
         prog="avsr transcribe", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -114,6 +122,45 @@ def main(argv: list[str] | None = None) -> int | None:
                    help="encoder precision (default fp32: the same WER on every machine; auto: bf16 "
                         "where the device computes it natively)")
     p.add_argument("--num-threads", type=int, default=1, help="CPU threads")
+    return p
+
+
+def _segment_s(p: argparse.ArgumentParser, text: str) -> float | str | None:
+    """The Transcriber's ``max_segment_s`` of ``--max-segment-s``: ``"model"`` for 'auto', None for 0 or
+    less (never cut), else the seconds; a usage error for anything else."""
+    if text == "auto":
+        return "model"
+    try:
+        seconds = float(text)
+    except ValueError:
+        p.error(f"--max-segment-s must be a number of seconds or 'auto', got {text!r}")
+    if 0 < seconds < MIN_SEGMENT_S:
+        p.error(f"--max-segment-s must be at least {MIN_SEGMENT_S} s (or 0: never cut), got {text!r}")
+    return seconds if seconds > 0 else None
+
+
+def _rows(files: list[Path], results: list[Transcript], bad: dict[Path, str], args: argparse.Namespace
+          ) -> list[dict[str, Any]]:
+    """Print ``<file>\\t<TRANSCRIPT>`` per transcribed file (errors to stderr); the JSON rows of all."""
+    rows: list[dict[str, Any]] = [{"file": str(path), "error": reason} for path, reason in bad.items()]
+    for src, result in zip(files, results):
+        if not result.ok:
+            error = cli_message(result.error)
+            print(f"avsr-transcribe: error: {error}", file=sys.stderr)
+            rows.append({"file": str(src), "error": error})
+            continue
+        print(f"{src}\t{result.text}", flush=True)
+        row = {"file": str(src), **result.to_dict(), "noise": str(args.noise) if args.noise else None,
+               "snr_db": args.snr_db}
+        row.pop("key")
+        rows.append(row)
+    return rows
+
+
+@tool("avsr-transcribe")
+def main(argv: list[str] | None = None) -> int | None:
+    """Command-line entry point (see the module docstring). Returns the exit status."""
+    p = _parser()
     args = p.parse_args(argv)
     try:
         edge_frames = parse_edge_frames(args.edge_frames)
@@ -131,32 +178,16 @@ def main(argv: list[str] | None = None) -> int | None:
         print(f"avsr-transcribe: error: {reason}", file=sys.stderr)
     if not files:
         raise InferenceError("nothing to transcribe: " + "; ".join(bad.values()))
-    try:
-        segment_s = None if args.max_segment_s == "auto" else float(args.max_segment_s)
-    except ValueError:
-        p.error(f"--max-segment-s must be a number of seconds or 'auto', got {args.max_segment_s!r}")
+    segment_s = _segment_s(p, args.max_segment_s)
+    overrides = {"beam_size": args.beam_size} if args.beam_size is not None else None
     transcriber = Transcriber.from_pretrained(
         args.checkpoint, bpemodel=args.bpemodel, device=args.device, decode_config=args.decode_config,
-        average_nbest=args.average_nbest, precision=args.precision, edge_frames=edge_frames)
-    if segment_s is None:
-        segment_s = transcriber.train_max_s or DEFAULT_SEGMENT_S
-    transcriber.max_segment_s = segment_s if segment_s > 0 else None
-    if args.beam_size is not None:
-        transcriber.config = dataclasses.replace(transcriber.config, beam_size=args.beam_size)
+        average_nbest=args.average_nbest, precision=args.precision, max_segment_s=segment_s,
+        edge_frames=edge_frames, decode_overrides=overrides)
     items = [TranscribeItem(video=f, audio=f, key=f.stem) for f in files]
     results = transcriber.transcribe_batch(items, modality=args.modality, noise=args.noise,
                                            snr_db=args.snr_db, work_dir=args.work_dir)
-    rows = [{"file": str(path), "error": reason} for path, reason in bad.items()]
-    for src, result in zip(files, results):
-        if not result.ok:
-            print(f"avsr-transcribe: error: {result.error}", file=sys.stderr)
-            rows.append({"file": str(src), "error": result.error})
-            continue
-        print(f"{src}\t{result.text}", flush=True)
-        row = {"file": str(src), **result.to_dict(), "noise": str(args.noise) if args.noise else None,
-               "snr_db": args.snr_db}
-        row.pop("key")
-        rows.append(row)
+    rows = _rows(files, results, bad, args)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(args.json, json.dumps(rows, indent=2, ensure_ascii=False) + "\n")

@@ -1,0 +1,278 @@
+"""The recipe's decoding stage: a test set under every modality and noise condition, into a decode directory.
+
+For each modality and condition (``clean``, then ``<noise>_<snr>`` for each SNR of the noise file) the stage
+writes ``<out>/<test_set>/<modality>/<condition>/hyp`` and ``ref`` (Kaldi text: ``<utt-id> WORDS``), each
+atomically, and ``failed`` (``<utt-id> <reason>``) when some utterances could not be decoded. A condition
+whose ``hyp`` exists is skipped, so an interrupted decoding resumes -- when the settings match: each modality
+directory records them in ``decode_settings.yaml`` (:func:`decode_settings`), and a directory holding results
+made with other settings is refused (:class:`SettingsConflict`) or cleared with ``overwrite``
+(:func:`claim`). Every utterance is decoded by one :class:`avsr.inference.transcriber.Transcriber`; video-only
+hypotheses are decoded once and written for every condition unless the inputs get the training edges (found
+in the audio as mixed for each condition), and the video front-end's output is reused across conditions (the
+Transcriber's ``video_cache``). See ``avsr.bin.decode`` for the whole story.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from avsr.config import config_path, parse_yaml, to_dict
+from avsr.data.datadir import DataDirError, Utterance, read_datadir, write_kaldi_map
+from avsr.decode.config import load_decode_config
+from avsr.fileio import remove_stale_tmp, write_text_atomic
+from avsr.inference.pretrained import model_defaults
+from avsr.inference.segments import EdgeRanges, check_edges
+from avsr.inference.transcriber import Transcriber
+from avsr.modalities import MODALITY_INPUTS
+from avsr.train.checkpoint import best_checkpoints
+
+__all__ = ["DecodeJob", "SettingsConflict", "decode_settings", "claim", "check_media", "decode_test_set"]
+
+logger = logging.getLogger("avsr.decode")
+
+
+class SettingsConflict(ValueError):
+    """A decode directory holds results made with other settings (the differing keys named); decode into
+    another directory, or pass ``overwrite=True``."""
+
+
+@dataclass
+class DecodeJob:
+    """What the decoding stage decodes, and how.
+
+    Attributes:
+        source: the model: an experiment directory (its ``average_nbest`` best checkpoints averaged) or a
+            checkpoint file (avsr's or an official AV-HuBERT one).
+        bpemodel: the sentencepiece model, or None (see :meth:`Transcriber.from_pretrained`).
+        decode_config: the decoding YAML, a path or a shipped name.
+        data: the test data dir.
+        out: the decode directory (results under ``<out>/<test_set>``).
+        test_set: the test set's name in the results.
+        modalities: the decoded modalities (keys of :data:`avsr.modalities.MODALITY_INPUTS`).
+        noise_file, noise_name, snrs: the noisy conditions ``<noise_name>_<snr>`` (none without a file).
+        average_nbest, batch_frames, precision, edge_frames, device: as
+            :meth:`Transcriber.from_pretrained`.
+        overwrite: clear results made with other settings instead of refusing them.
+    """
+
+    source: Path
+    bpemodel: Path | None
+    decode_config: str
+    data: Path
+    out: Path
+    test_set: str
+    modalities: Sequence[str] = tuple(MODALITY_INPUTS)
+    noise_file: Path | None = None
+    noise_name: str = "babble"
+    snrs: Sequence[float] = field(default_factory=lambda: [10.0, 5.0, 0.0, -5.0])
+    average_nbest: int = 5
+    batch_frames: int = 3000
+    precision: str = "fp32"
+    edge_frames: EdgeRanges | Sequence[int | Sequence[int]] | str | None = "model"
+    device: str | torch.device = "cpu"
+    overwrite: bool = False
+
+    def conditions(self) -> list[tuple[str, float | None]]:
+        """``(name, snr_db)`` of each condition: ``("clean", None)``, then one per SNR of the noise file."""
+        noisy = [(f"{self.noise_name}_{snr:g}", snr) for snr in self.snrs] if self.noise_file else []
+        return [("clean", None), *noisy]
+
+    @functools.cached_property
+    def transcriber(self) -> Transcriber:
+        """The :class:`Transcriber` of the job's model and settings (built on first use, then kept)."""
+        return Transcriber.from_pretrained(
+            self.source, bpemodel=self.bpemodel, device=self.device, decode_config=self.decode_config,
+            average_nbest=self.average_nbest, precision=self.precision, batch_frames=self.batch_frames,
+            edge_frames=self.edge_frames)
+
+
+def _file_id(path: Path) -> str:
+    stat = path.stat()
+    return f"{path.name} ({stat.st_size} bytes, modified {stat.st_mtime_ns})"
+
+
+def decode_settings(job: DecodeJob) -> dict[str, Any]:
+    """What the hypotheses depend on (the content of ``decode_settings.yaml``): the model and its
+    checkpoints (names, sizes, times), the tokenizer, the decoding configuration, the data dir, the precision;
+    the edges (only when inputs are changed: earlier results stay valid) and the audio-visual view weights
+    (only when above 0).
+
+    Raises:
+        FileNotFoundError: no checkpoint; avsr.config.ConfigError: a bad decoding configuration;
+        ValueError: bad ``edge_frames``.
+    """
+    source, bpemodel = job.source, job.bpemodel
+    if source.is_dir():
+        checkpoints = [_file_id(p) for p in best_checkpoints(source, job.average_nbest)]
+    elif source.is_file():
+        checkpoints = [_file_id(source)]
+    else:
+        raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
+    config = load_decode_config(config_path(job.decode_config, "decode"))
+    decode = {"search": config.search, **to_dict(config)}
+    # the views' weights are recorded below only where they change the hypotheses
+    decode.pop("video_weight", None), decode.pop("audio_weight", None)
+    settings = {
+        "model": str(source.resolve()),
+        "checkpoints": checkpoints,
+        "bpemodel": str(bpemodel.resolve()) if bpemodel is not None and bpemodel.is_file() else None,
+        "decode_config": decode,
+        "data": str(job.data.resolve()),
+        "precision": job.precision,
+    }
+    rescored = "audiovisual" in job.modalities and config.search == "espnet"
+    defaults = (None, (0.0, 0.0))  # read from the checkpoint only when needed, once (official ones are big)
+    if job.edge_frames == "model" or (rescored and None in (config.video_weight, config.audio_weight)):
+        defaults = model_defaults(source, job.average_nbest)
+    edges = defaults[0] if job.edge_frames == "model" else job.edge_frames
+    edges = check_edges(edges, "edge_frames") if edges is not None else None
+    if edges is not None:
+        settings["edge_frames"] = [list(edges[0]), list(edges[1])]
+    if rescored:
+        weights = config.view_weights(defaults[1])
+        if max(weights) > 0:  # audio-visual results only (see decode_test_set)
+            settings["view_weights"] = {"video_weight": weights[0], "audio_weight": weights[1]}
+    return settings
+
+
+def claim(out: Path, settings: dict[str, Any], overwrite: bool, results: list[Path]) -> None:
+    """Record ``settings`` in ``out/decode_settings.yaml``; ``results`` (``hyp`` files below ``out``) made
+    with other settings are refused or, with ``overwrite``, removed with their condition directories.
+
+    Raises:
+        SettingsConflict: ``out`` holds results of other settings (the differing keys named) and no
+            ``overwrite``.
+    """
+    path = out / "decode_settings.yaml"
+    if path.is_file() and results:
+        old = parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
+        differ = sorted(k for k in set(old) | set(settings) if old.get(k) != settings.get(k))
+        if differ and not overwrite:
+            raise SettingsConflict(f"{out} holds results decoded with other settings ({', '.join(differ)} "
+                                   f"differ; see {path})")
+        if differ:
+            logger.warning("%s: settings changed (%s): decoding anew", out, ", ".join(differ))
+            for hyp in results:
+                shutil.rmtree(hyp.parent)
+    elif results and overwrite:
+        for hyp in results:
+            shutil.rmtree(hyp.parent)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, yaml.safe_dump(settings, sort_keys=True))
+
+
+def check_media(utts: list[Utterance], data: Path, modalities: Sequence[str], edges: bool) -> None:
+    """Refuse a data dir whose media files for ``modalities`` are not all there.
+
+    Args:
+        utts: the utterances of the data dir ``data``.
+        data: the data dir (named in the message).
+        modalities: the decoded modalities (keys of :data:`avsr.modalities.MODALITY_INPUTS`).
+        edges: whether inputs get the training edges (video-only decoding then reads the audio too).
+
+    Raises:
+        DataDirError: an utterance has no entry for a needed stream, or its file does not exist (the first
+            such utterance, its ``wav.scp``/``video.scp`` file and path named, and how many in all).
+    """
+    streams = {s for m in modalities for s in MODALITY_INPUTS[m]}
+    if edges and "video" in modalities:
+        streams.add("audio")
+    scp = {"audio": "wav.scp", "video": "video.scp"}
+    problems = []
+    for u in utts:
+        for stream in ("audio", "video"):
+            if stream not in streams:
+                continue
+            path = u.wav if stream == "audio" else u.video
+            if path is None:
+                problems.append(f"{data / scp[stream]}: utterance '{u.utt_id}' has no entry, but the "
+                                f"{stream} stream is decoded ({', '.join(modalities)})")
+            elif not Path(path).is_file():
+                problems.append(f"{data / scp[stream]}: utterance '{u.utt_id}': {path}: no such file")
+    if problems:
+        more = f" ({len(problems)} missing in all)" if len(problems) > 1 else ""
+        raise DataDirError(f"{problems[0]}{more}; nothing was decoded")
+
+
+def decode_test_set(job: DecodeJob) -> Path:
+    """Decode ``job`` into ``<out>/<test_set>`` (see the module docstring); returns that directory.
+
+    The settings and the data dir's media are checked before anything is decoded; the model is loaded only
+    when a condition is left to decode.
+
+    Raises:
+        FileNotFoundError, avsr.config.ConfigError: as :func:`decode_settings`; DataDirError: as
+            :func:`check_media` and :func:`avsr.data.datadir.read_datadir`; SettingsConflict: as
+            :func:`claim`.
+    """
+    settings = decode_settings(job)  # checks the model and the decoding config first
+    utts = read_datadir(job.data)
+    check_media(utts, job.data, job.modalities, "edge_frames" in settings)
+    root = job.out / job.test_set
+    for path in remove_stale_tmp(root, recursive=True):
+        logger.info("removed %s, left by an interrupted write", path)
+    for modality in job.modalities:
+        mod_settings = {k: v for k, v in settings.items() if k != "view_weights" or modality == "audiovisual"}
+        _decode_modality(job, modality, mod_settings, utts)
+    return root
+
+
+def _decode_modality(job: DecodeJob, modality: str, settings: dict[str, Any], utts: list[Utterance]) -> None:
+    """Every condition of one modality into ``<out>/<test_set>/<modality>`` (``settings``: the modality's
+    ``decode_settings.yaml``)."""
+    out_mod = job.out / job.test_set / modality
+    claim(out_mod, settings, job.overwrite, sorted(out_mod.glob("*/hyp")))
+    refs = {u.utt_id: u.text for u in utts}
+    conditions = job.conditions()
+    video_hyps: tuple[dict[str, str], dict[str, str]] | None = None
+    # with the model's training edges (found in the audio as mixed for each condition: a noisy recording
+    # hides them) video-only input depends on the noise too, and is decoded in every condition
+    edges = "edge_frames" in settings
+    reuse_video = (modality == "audiovisual" or (modality == "video" and edges)) and len(conditions) > 1
+    cache: dict[str, torch.Tensor] | None = {} if reuse_video else None
+    for cond, snr in conditions:
+        out_dir = out_mod / cond
+        if snr is not None:  # the noise recording of a noisy condition
+            noise = {"noise_file": str(job.noise_file.resolve()), "noise_name": job.noise_name}
+            claim(out_dir, noise, job.overwrite, [p for p in [out_dir / "hyp"] if p.is_file()])
+        if (out_dir / "hyp").is_file():
+            logger.info("%s exists, skipping", out_dir / "hyp")
+            continue
+        if modality == "video" and video_hyps is not None and not edges:  # the noise does not reach it
+            hyps, failed = video_hyps
+        else:
+            transcriber = job.transcriber  # loaded on first use
+            t0 = time.time()
+            results = transcriber.transcribe_batch(
+                utts, modality=modality, noise=job.noise_file if snr is not None else None, snr_db=snr,
+                word_timings=False, video_cache=cache, progress=True)
+            hyps = {r.key: r.text for r in results if r.ok}
+            failed = {r.key: r.error for r in results if not r.ok}
+            logger.info("%s/%s/%s: %d utterances in %.1f s (%d failed)", job.test_set, modality, cond,
+                        len(hyps), time.time() - t0, len(failed))
+            if modality == "video":
+                video_hyps = hyps, failed
+        _write_condition(out_dir, refs, hyps, failed)
+
+
+def _write_condition(out_dir: Path, refs: dict[str, str], hyps: dict[str, str], failed: dict[str, str]
+                     ) -> None:
+    """``ref``, ``failed`` (removed when none failed) and last ``hyp`` (its presence marks the condition as
+    done) of one condition, each atomic and sorted by key."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_kaldi_map(out_dir / "ref", refs)
+    if failed:
+        write_kaldi_map(out_dir / "failed", failed)
+    else:
+        (out_dir / "failed").unlink(missing_ok=True)
+    write_kaldi_map(out_dir / "hyp", hyps)

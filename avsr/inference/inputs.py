@@ -1,0 +1,409 @@
+"""The inputs of inference: items from what a caller gives, and their media read as the recipe reads them.
+
+Per utterance (:class:`avsr.inference.types.TranscribeItem`):
+
+* video: a path -- a preprocessed mouth ROI (a video of exactly 96x96 pixels, as AV-HuBERT's preprocessed
+  LRS3) or a raw face video (anything else: the ROI stage, :func:`avsr.data.roi.preprocess_video`, runs and
+  its output is read back, exactly what the recipe's ROI stage writes) -- or an array: uint8 ROI frames
+  ``(T, H, W)`` with ``H, W >= 88`` (96x96 for AV-HuBERT's ROIs) at 25 fps, or uint8 RGB face frames
+  ``(T, H, W, 3)`` at 25 fps (ROI extraction in memory);
+* audio: a path -- a 16 kHz mono wav/flac is read as is, other rates and formats (any container FFmpeg reads)
+  are decoded, downmixed and resampled to 16 kHz; the audio track of a video file is cut or zero-padded to
+  its 25 fps frame count and stored as 16-bit PCM, as the ROI stage does -- or a float waveform ``(N,)`` at
+  16 kHz (another ``sample_rate`` is resampled; audio recorded below 16 kHz gets a warning unless the model
+  heard narrowband audio in training, :func:`warn_low_rate`).
+
+:func:`load_item` reads one item for a modality, mixes the noise of a test condition into its audio (the
+segment chosen by the item's key) and finds the change of its edges (:mod:`avsr.inference.segments`).
+Every error is an :class:`avsr.inference.types.InferenceError` naming the input.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from avsr.data.datadir import Utterance
+from avsr.data.media import (
+    MediaError,
+    pcm16_round_trip,
+    read_audio_track,
+    read_video,
+    read_video_rgb,
+    read_wav,
+    video_fps,
+)
+from avsr.data.noise import NoiseSource
+from avsr.features import SAMPLES_PER_FRAME
+from avsr.inference.segments import EdgeRanges, edge_change
+from avsr.inference.types import (
+    FPS,
+    MAX_FRAME_DIFF,
+    MIN_FRAMES,
+    ROI_SIZE,
+    SAMPLE_RATE,
+    InferenceError,
+    Media,
+    MediaFileItem,
+    TranscribeItem,
+    Transcript,
+)
+
+__all__ = ["as_item", "given_modality", "noise_source", "load_item", "load_video", "load_audio",
+           "warn_low_rate"]
+
+logger = logging.getLogger("avsr.inference")
+
+
+def _name(source: Any) -> str:
+    return str(source) if isinstance(source, (str, os.PathLike)) else f"<{type(source).__name__}>"
+
+
+def _streams(path: Path) -> tuple[bool, tuple[int, int] | None]:
+    """(has an audio stream, (width, height) of its video stream or None). Raises InferenceError."""
+    import av
+
+    if not path.is_file():
+        raise InferenceError(f"{path}: no such file")
+    try:
+        with av.open(str(path)) as container:
+            video = container.streams.video
+            size = (video[0].codec_context.width, video[0].codec_context.height) if video else None
+            return bool(container.streams.audio), size
+    except Exception as exc:  # av.error.FFmpegError and friends
+        raise InferenceError(f"{path}: cannot read this file as audio or video ({exc})") from exc
+
+
+def _to_tensor(array: Any, what: str, key: str) -> torch.Tensor:
+    if isinstance(array, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(array))
+    if isinstance(array, torch.Tensor):
+        return array.detach().cpu()
+    raise InferenceError(
+        f"{key}: {what} must be a path, a numpy array or a tensor, got {type(array).__name__}")
+
+
+def _check_waveform(wav: torch.Tensor, key: str, source: str) -> torch.Tensor:
+    if wav.dim() == 2 and 1 in wav.shape:
+        wav = wav.reshape(-1)
+    if wav.dim() != 1:
+        raise InferenceError(f"{key}: the waveform {source} must be mono (N,), got shape {tuple(wav.shape)}")
+    if not wav.is_floating_point():
+        raise InferenceError(f"{key}: the waveform {source} must be float in [-1, 1], got {wav.dtype}")
+    if wav.numel() == 0:
+        raise InferenceError(f"{key}: the audio {source} is empty")
+    if not bool(torch.isfinite(wav).all()):
+        raise InferenceError(f"{key}: the audio {source} has NaN or infinite samples")
+    return wav.to(torch.float32)
+
+
+def _read_audio_file(path: Path) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A 16 kHz mono file as is; any other rate/format decoded, downmixed and resampled to 16 kHz."""
+    import soundfile
+
+    try:
+        info = soundfile.info(str(path))
+    except Exception:  # not a format libsndfile reads (mp3, mp4, ...): FFmpeg
+        info = None
+    if info is not None and info.samplerate == SAMPLE_RATE and info.channels == 1:
+        return read_wav(path), {}
+    wav = read_audio_track(path, SAMPLE_RATE)
+    resampled = info is not None and info.samplerate != SAMPLE_RATE
+    note = {"resampled_from_hz": info.samplerate} if resampled else {}
+    return wav, note
+
+
+def as_item(x: Any, index: int) -> TranscribeItem:
+    """A fresh :class:`TranscribeItem` (its ``key`` filled in) from an item of ``transcribe_batch``.
+
+    Args:
+        x: a :class:`TranscribeItem`, an :class:`avsr.data.datadir.Utterance`, a mapping of its fields, or a
+            path (a :class:`MediaFileItem`: the file's streams, whichever it has).
+        index: its place in the list (the key ``utt<index>`` when no path names it).
+
+    Raises:
+        InferenceError: an unknown field of a mapping, or another type.
+    """
+    if isinstance(x, TranscribeItem):
+        item = TranscribeItem(x.video, x.audio, x.key, x.num_frames, x.sample_rate)
+    elif isinstance(x, Utterance):
+        item = TranscribeItem(x.video, x.wav, x.utt_id, x.num_frames)
+    elif isinstance(x, Mapping):
+        unknown = set(x) - {"video", "audio", "key", "num_frames", "sample_rate"}
+        if unknown:
+            raise InferenceError(f"item {index}: unknown field(s) {sorted(unknown)}")
+        item = TranscribeItem(**x)
+    elif isinstance(x, (str, os.PathLike)):
+        return MediaFileItem(video=x, audio=x, key=Path(x).stem)
+    else:
+        raise InferenceError(f"item {index}: expected a TranscribeItem, an Utterance, a mapping or a "
+                             f"path, got {type(x).__name__}")
+    if item.key is None:
+        path = next((s for s in (item.video, item.audio) if isinstance(s, (str, os.PathLike))), None)
+        item.key = Path(path).stem if path is not None else f"utt{index}"
+    return item
+
+
+def given_modality(item: TranscribeItem) -> str | Transcript:
+    """The modality of what an item has (a :class:`MediaFileItem`: its file's streams), or a Transcript with
+    the error (nothing given, an unreadable file)."""
+    has_video, has_audio = item.video is not None, item.audio is not None
+    if isinstance(item, MediaFileItem):
+        try:
+            has_audio, size = _streams(Path(item.video))
+        except InferenceError as exc:
+            return Transcript(key=item.key, error=str(exc))
+        has_video = size is not None
+    if has_video and has_audio:
+        return "audiovisual"
+    if has_video or has_audio:
+        return "video" if has_video else "audio"
+    return Transcript(key=item.key, error=f"{item.key}: neither video nor audio given")
+
+
+def noise_source(noise: Any) -> NoiseSource | None:
+    """The :class:`avsr.data.noise.NoiseSource` of a ``noise=`` argument (a 16 kHz wav path, a ``(N,)`` float
+    waveform, a NoiseSource, or None).
+
+    Raises:
+        InferenceError: an unreadable file or a bad waveform (``noise`` named).
+    """
+    if noise is None or isinstance(noise, NoiseSource):
+        return noise
+    if isinstance(noise, (str, os.PathLike)):
+        try:
+            return NoiseSource(noise)
+        except (MediaError, ValueError) as exc:
+            raise InferenceError(f"noise {noise}: {exc}") from exc
+    try:
+        return NoiseSource.from_waveform(_to_tensor(noise, "noise", "noise"))
+    except ValueError as exc:
+        raise InferenceError(str(exc)) from exc
+
+
+def _no_face(message: str, name: str, audio_available: bool) -> str:
+    text = message if name in message else f"{name}: {message}"
+    if "no face" in message and audio_available:
+        text += " (its audio alone can be transcribed with the audio modality: modality='audio')"
+    return text
+
+
+def _video_array(item: TranscribeItem) -> tuple[torch.Tensor, dict[str, Any]]:
+    """ROI frames (T, H, W) uint8 of an item's video array (RGB face frames: the ROI extracted)."""
+    key = item.key
+    frames = _to_tensor(item.video, "video", key)
+    if frames.dtype != torch.uint8:
+        raise InferenceError(f"{key}: video frames must be uint8 (0-255), got {frames.dtype}")
+    if frames.dim() == 4 and frames.shape[-1] == 3:
+        from avsr.data.roi import RoiError, extract_mouth_roi
+
+        try:
+            track = extract_mouth_roi(frames, name=key)
+        except RoiError as exc:
+            raise InferenceError(_no_face(str(exc), key, item.audio is not None)) from exc
+        return torch.from_numpy(track.frames), {"frames_without_face": track.num_missing}
+    if frames.dim() != 3 or min(frames.shape[1:]) < 88:
+        raise InferenceError(
+            f"{key}: video frames must be ROI frames (T, H, W) with H, W >= 88 (AV-HuBERT: 96x96) or "
+            f"RGB face frames (T, H, W, 3), got shape {tuple(frames.shape)}")
+    if frames.shape[0] == 0:
+        raise InferenceError(f"{key}: the video has no frame")
+    return frames, {}
+
+
+def load_video(item: TranscribeItem, work: Path, with_audio: bool
+               ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, Any]]:
+    """The video of an item (see the module docstring).
+
+    Args:
+        item: the item (its ``video`` not None).
+        work: where the ROI stage writes the ROI mp4 and wav of a raw face video (created when needed).
+        with_audio: also return the 16 kHz wav the ROI stage writes for the same raw file.
+
+    Returns:
+        ROI frames ``(T, H, W)`` uint8 at 25 fps, the ``(N,)`` float32 wav (``with_audio`` and a raw video)
+        or None, and facts (``frames_without_face``, ``audio_padded_s``).
+
+    Raises:
+        InferenceError: no such or an unreadable file, no video track (or no audio track ``with_audio``), no
+            face, a bad array.
+    """
+    if not isinstance(item.video, (str, os.PathLike)):
+        frames, info = _video_array(item)
+        return frames, None, info
+    path = Path(item.video)
+    has_audio, size = _streams(path)
+    if size is None:
+        raise InferenceError(f"{path}: no video track, but the modality needs one (try modality='audio')")
+    if with_audio and not has_audio:
+        raise InferenceError(f"{path}: no audio track, but the modality needs one (try modality='video')")
+    if size == (ROI_SIZE, ROI_SIZE):  # a preprocessed mouth ROI
+        if abs(video_fps(path) - FPS) < 0.01:
+            frames = read_video(path)
+        else:  # resampled to 25 fps by timestamp, gray as BT.601 luma
+            rgb = read_video_rgb(path, FPS)[0].to(torch.float32)
+            frames = (rgb @ torch.tensor([0.299, 0.587, 0.114])).round().clamp(0, 255).to(torch.uint8)
+        return frames, None, {}
+    from avsr.data.roi import RoiError, preprocess_video
+
+    work.mkdir(parents=True, exist_ok=True)
+    mp4, wav_path = work / "roi.mp4", (work / "audio.wav" if with_audio else None)
+    try:
+        stats = preprocess_video(path, mp4, wav_path)
+    except RoiError as exc:
+        raise InferenceError(_no_face(str(exc), str(path), has_audio)) from exc
+    info = {"frames_without_face": stats.get("frames_without_face")}
+    if stats.get("audio_padded_s"):
+        info["audio_padded_s"] = stats["audio_padded_s"]
+    return read_video(mp4), (read_wav(wav_path) if wav_path is not None else None), info
+
+
+def load_audio(item: TranscribeItem) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The 16 kHz waveform ``(N,)`` float32 of an item's audio (see the module docstring) and facts
+    (``resampled_from_hz``).
+
+    Raises:
+        InferenceError: no such or an unreadable file, no audio track, a bad array or sample rate.
+    """
+    key, source = item.key, item.audio
+    if not isinstance(source, (str, os.PathLike)):
+        wav = _check_waveform(_to_tensor(source, "audio", key), key, "array")
+        if not 4000 <= item.sample_rate <= 384000:
+            raise InferenceError(f"{key}: sample_rate {item.sample_rate} Hz cannot be right for speech")
+        info: dict[str, Any] = {}
+        if item.sample_rate != SAMPLE_RATE:
+            import torchaudio
+
+            wav = torchaudio.functional.resample(wav, item.sample_rate, SAMPLE_RATE)
+            info["resampled_from_hz"] = item.sample_rate
+        return wav, info
+    path = Path(source)
+    has_audio, size = _streams(path)
+    if not has_audio:
+        raise InferenceError(f"{path}: no audio track, but the modality needs one (try modality='video')")
+    if size is not None:  # the audio of a video file: as the ROI stage writes it
+        wav = read_audio_track(path, SAMPLE_RATE)
+        num_frames = int(read_video_rgb(path, FPS)[0].shape[0])
+        aligned = torch.zeros(num_frames * SAMPLES_PER_FRAME)
+        n = min(aligned.numel(), wav.numel())
+        aligned[:n] = wav[:n]
+        return pcm16_round_trip(_check_waveform(aligned, key, str(path))), {}
+    wav, info = _read_audio_file(path)
+    return _check_waveform(wav, key, str(path)), info
+
+
+def _edges_of(item: TranscribeItem, wav: torch.Tensor | None, edge_frames: EdgeRanges | None,
+              source: NoiseSource | None, snr_db: float | None, info: dict[str, Any]
+              ) -> tuple[int, int] | None:
+    """The change of the item's edges (:func:`avsr.inference.segments.edge_change`), found in ``wav`` (the
+    audio as decoded) or, for a video-only decode, in the item's audio read here with the same noise (the
+    recording a user would have)."""
+    if edge_frames is not None and wav is None and item.audio is not None:
+        try:
+            wav, _ = load_audio(item)
+        except (InferenceError, MediaError, ValueError) as exc:
+            info["edges_note"] = f"edges kept: its audio could not be read ({exc})"
+            return None
+        if source is not None:
+            wav = source.mix(wav, snr_db, key=item.key)
+    return edge_change(edge_frames, wav, info)
+
+
+def load_item(item: TranscribeItem, inputs: tuple[str, ...], work: Path, *,
+              video_cache: Mapping[str, torch.Tensor] | None = None, source: NoiseSource | None = None,
+              snr_db: float | None = None, edge_frames: EdgeRanges | None = None) -> Media:
+    """The raw media of one item for ``inputs``, ready to be cut and decoded.
+
+    Args:
+        item: the item (its key set, :func:`as_item`).
+        inputs: the streams the modality reads (:data:`avsr.modalities.MODALITY_INPUTS`).
+        work: the item's folder for the ROI stage of a raw face video.
+        video_cache: the caller's video cache: a video held there (under the key with the same change of the
+            edges) is not read.
+        source, snr_db: noise mixed into the audio with the segment chosen by the item's key, or None.
+        edge_frames: the wanted edges; their change is found here (``Media.change``), made later.
+
+    Returns:
+        The :class:`avsr.inference.types.Media` (``wav`` only when audio is decoded; ``frames`` None when
+        cached).
+
+    Raises:
+        InferenceError: a stream the modality needs is not given or unreadable, audio and video of
+            different lengths, fewer than ``MIN_FRAMES`` frames.
+    """
+    key, info = item.key, {}
+    need_audio, need_video = "audio" in inputs, "video" in inputs
+    for stream, needed, other in (("video", need_video, "audio"), ("audio", need_audio, "video")):
+        if needed and getattr(item, stream) is None:
+            raise InferenceError(f"{key}: no {stream} given, but the modality needs it (try "
+                                 f"modality='{other}')")
+    frames = wav = None
+    num_frames: int | None = None
+    same_file = (need_audio and need_video and isinstance(item.video, (str, os.PathLike))
+                 and isinstance(item.audio, (str, os.PathLike))
+                 and Path(item.video).resolve() == Path(item.audio).resolve())
+    if need_video and same_file and video_cache is None:  # the ROI stage gives the file's audio too
+        frames, wav, video_info = load_video(item, work, with_audio=True)
+        info.update(video_info)
+        num_frames = int(frames.shape[0])
+    if need_audio and wav is None:
+        wav, audio_info = load_audio(item)
+        info.update(audio_info)
+    if wav is not None and source is not None:
+        wav = source.mix(wav, snr_db, key=key)
+        info.update(noise=source.path, snr_db=snr_db)
+    change = _edges_of(item, wav, edge_frames, source, snr_db, info)
+    cache_key = key if change is None else f"{key}@{change[0]},{change[1]}"
+    if need_video and frames is None:
+        if video_cache is not None and cache_key in video_cache:
+            num_frames = int(video_cache[cache_key].shape[-1]) - (sum(change) if change else 0)
+        else:
+            frames, _, video_info = load_video(item, work, with_audio=False)
+            info.update(video_info)
+            num_frames = int(frames.shape[0])
+    if wav is not None and need_audio:
+        num_frames = _check_lengths(item, wav, num_frames, same_file)
+    if num_frames < MIN_FRAMES:
+        raise InferenceError(f"{key}: the input is {num_frames} frame(s) long ({num_frames / FPS:.2f} "
+                             f"s); at least {MIN_FRAMES} frames at 25 fps are needed")
+    return Media(key, wav if need_audio else None, frames, num_frames, info, cache_key=cache_key,
+                 change=change)
+
+
+def _check_lengths(item: TranscribeItem, wav: torch.Tensor, num_frames: int | None, same_file: bool) -> int:
+    """The item's length in frames: the video's, which the audio must match within ``MAX_FRAME_DIFF``
+    frames (but where both come from one file), or the audio's when there is no video."""
+    audio_frames = wav.numel() / SAMPLES_PER_FRAME
+    if num_frames is not None and abs(audio_frames - num_frames) > MAX_FRAME_DIFF and not same_file:
+        raise InferenceError(
+            f"{item.key}: the audio {_name(item.audio)} lasts {wav.numel() / SAMPLE_RATE:.3f} s "
+            f"({audio_frames:.1f} frames) but the video {_name(item.video)} has {num_frames} frames "
+            f"at 25 fps ({num_frames / FPS:.3f} s); they must agree within {MAX_FRAME_DIFF} frames")
+    return num_frames if num_frames is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
+
+
+def warn_low_rate(results: list[Transcript], narrowband_trained: bool) -> None:
+    """Unless the model was trained with narrowband audio: a warning (``info["warning"]``) on each transcript
+    whose audio was recorded below 16 kHz (``info["resampled_from_hz"]``), and one log line for them all."""
+    if narrowband_trained:
+        return
+    low = [r for r in results if r.ok and r.info.get("resampled_from_hz", SAMPLE_RATE) < SAMPLE_RATE]
+    for r in low:
+        rate = r.info["resampled_from_hz"]
+        note = (f"recorded at {rate} Hz: no frequencies above {rate // 2} Hz; a model trained on "
+                "full-band audio misreads such audio, and this one was trained without narrowband_prob: "
+                "expect a higher WER")
+        r.info["warning"] = f"{r.info['warning']}; {note}" if r.info.get("warning") else note
+    if low:
+        lowest = min(low, key=lambda r: r.info["resampled_from_hz"])
+        logger.warning("%d of %d inputs were recorded below 16 kHz (the lowest: %s at %d Hz) and have no "
+                       "frequencies above half their rate; models trained on full-band audio misread "
+                       "them, and this one was trained without narrowband_prob", len(low), len(results),
+                       lowest.key, lowest.info["resampled_from_hz"])

@@ -1,0 +1,106 @@
+"""What a trained model brings to inference: its weights and tokenizer, and the facts its trainer recorded.
+
+A model is an experiment directory (its ``average_nbest`` ``epoch<N>.pt`` with the best validation accuracy
+averaged, as ESPnet's ``valid.acc.ave``; tokenizer: its ``bpe.model``), an avsr checkpoint (tokenizer: the
+``bpe.model`` beside it) or an official fairseq AV-HuBERT fine-tuned checkpoint (:mod:`avsr.compat`).
+The trainer records ``data_stats`` in the checkpoint: the longest training utterance (``max_frames``), the
+silent edges of the training audio (``edge_frames``) and whether the model heard 8 kHz audio
+(``narrowband_prob``); the model configuration may give the decoding's view weights (``decode_defaults``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from avsr.compat import FairseqTokenizer, read_checkpoint, tokenizer_for
+from avsr.data.tokenizer import Tokenizer
+from avsr.inference.segments import EdgeRanges, stats_edges
+from avsr.inference.types import PathLike
+from avsr.models.asr import AVSRModel
+from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
+
+__all__ = ["load_pretrained", "model_defaults", "model_edge_frames", "model_view_weights"]
+
+logger = logging.getLogger("avsr.inference")
+
+
+def load_pretrained(source: PathLike, bpemodel: PathLike | None = None, average_nbest: int = 5
+                    ) -> tuple[AVSRModel, Tokenizer | FairseqTokenizer, dict[str, Any]]:
+    """The model, its tokenizer and its trainer's ``data_stats`` (``{}`` when not recorded).
+
+    Args:
+        source: an experiment directory, an avsr checkpoint or an official fine-tuned AV-HuBERT checkpoint
+            (see the module docstring).
+        bpemodel: the sentencepiece model (default: the experiment directory's or the one beside an avsr
+            checkpoint; official checkpoints: else the one pickled in the checkpoint).
+        average_nbest: checkpoints averaged from an experiment directory.
+
+    Raises:
+        FileNotFoundError: no such directory/file, no checkpoint in the directory, no tokenizer.
+        avsr.compat.CheckpointError: an unreadable or foreign checkpoint, weights that do not fit.
+    """
+    source = Path(source)
+    if source.is_dir():
+        paths = best_checkpoints(source, average_nbest)
+        logger.info("model: average of %s", ", ".join(p.name for p in paths))
+        first = load_checkpoint(paths[0])
+        model = AVSRModel.from_config(first["model_config"], str(paths[0]))
+        model.load_state_dict(average_state_dicts(paths) if len(paths) > 1 else first["model"])
+        tokenizer = Tokenizer(bpemodel if bpemodel is not None else source / "bpe.model")
+        return model, tokenizer, first.get("data_stats") or {}
+    if source.is_file():
+        loaded = read_checkpoint(source)
+        logger.info("model: %s (%s)", source, loaded.kind)
+        if bpemodel is None and loaded.kind == "avsr" and (source.parent / "bpe.model").is_file():
+            bpemodel = source.parent / "bpe.model"
+        model = AVSRModel.from_checkpoint(loaded, bpemodel=bpemodel)
+        return model, tokenizer_for(model, loaded, bpemodel), loaded.data_stats
+    raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
+
+
+def model_edge_frames(source: PathLike, average_nbest: int = 5) -> EdgeRanges | None:
+    """The silent edges of a model's training audio as its trainer recorded them
+    (``data_stats["edge_frames"]``: the first to third quartile of the silent frames at the start and at the
+    end), or None (not recorded: official checkpoints, avsr models trained before 2026-11-26, video-only
+    training). ``source`` as :func:`load_pretrained`.
+
+    Raises:
+        FileNotFoundError: no such directory/file or no checkpoint in it;
+        avsr.compat.CheckpointError: an unreadable checkpoint file.
+    """
+    return model_defaults(source, average_nbest)[0]
+
+
+def model_view_weights(source: PathLike, average_nbest: int = 5) -> tuple[float, float]:
+    """The ``(video_weight, audio_weight)`` that a search config leaving them None gives this model: its
+    ``decode_defaults`` (:class:`avsr.decode.searcher.Searcher`), else 0, read from the checkpoint's model
+    configuration without building the model. ``source`` as :func:`load_pretrained`.
+
+    Raises:
+        as :func:`model_edge_frames`.
+    """
+    return model_defaults(source, average_nbest)[1]
+
+
+def model_defaults(source: PathLike, average_nbest: int = 5
+                   ) -> tuple[EdgeRanges | None, tuple[float, float]]:
+    """:func:`model_edge_frames` and :func:`model_view_weights` from one read of the checkpoint (the first
+    of an experiment directory's best, or the file).
+
+    Raises:
+        as :func:`model_edge_frames`.
+    """
+    source = Path(source)
+    if source.is_dir():
+        first = load_checkpoint(best_checkpoints(source, average_nbest)[0])
+        stats, config = first.get("data_stats") or {}, first.get("model_config")
+    elif source.is_file():
+        loaded = read_checkpoint(source)
+        stats, config = loaded.data_stats or {}, loaded.model_config
+    else:
+        raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
+    defaults = (config or {}).get("decode_defaults") or {}
+    weights = (float(defaults.get("video_weight") or 0.0), float(defaults.get("audio_weight") or 0.0))
+    return stats_edges(stats), weights
