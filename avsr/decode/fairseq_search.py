@@ -41,6 +41,68 @@ def fairseq_max_len(src_len: int, max_len_a: float, max_len_b: int, max_target_p
     return min(int(max_len_a * src_len + max_len_b), max_target_positions - 1)
 
 
+def _checked_max_len(config, src_len: int, max_target_positions: int) -> int:
+    """:func:`fairseq_max_len` of ``config``; ValueError when ``min_len`` exceeds it (fairseq's assertion)."""
+    max_len = fairseq_max_len(src_len, config.max_len_a, config.max_len_b, max_target_positions)
+    if config.min_len > max_len:
+        raise ValueError(f"min_len ({config.min_len}) cannot be larger than max_len ({max_len} = "
+                         f"min(int(max_len_a * src_len + max_len_b), max_target_positions - 1))")
+    return max_len
+
+
+def _step_log_probs(lprobs: Tensor, step: int, max_len: int, config, eos: int, pad: int | None,
+                    unk: int | None) -> Tensor:
+    """The decoder's ``(N, V)`` log-probabilities at ``step`` as fairseq's generator uses them: NaN and
+    ``<pad>`` impossible, ``unkpen`` subtracted from ``<unk>``, only ``</s>`` at the maximum length and no
+    ``</s>`` before ``min_len``. Modifies and returns the (fresh) tensor ``lprobs``."""
+    lprobs = lprobs.masked_fill(lprobs.isnan(), NEG_INF)
+    if pad is not None:
+        lprobs[:, pad] = NEG_INF
+    if unk is not None and config.unkpen:
+        lprobs[:, unk] -= config.unkpen
+    if step >= max_len:
+        keep_eos = lprobs[:, eos].clone()
+        lprobs.fill_(NEG_INF)
+        lprobs[:, eos] = keep_eos
+    elif step < config.min_len:
+        lprobs[:, eos] = NEG_INF
+    return lprobs
+
+
+def _finish(is_eos: Tensor, cand_scores: Tensor, cand_beams: Tensor, tokens: Tensor, utt_ids: Tensor,
+            num_done: Tensor, k: int, step: int, config, finished: list[list[Hypothesis]]) -> Tensor:
+    """Move the finite-score ``</s>`` candidates among the first ``k`` of each utterance (``(b, 2k)`` bool
+    ``is_eos``) to ``finished``, up to ``k`` per utterance in all, with fairseq's score ``sum log p /
+    (step + 1) ** lenpen``; returns the updated ``(b,)`` count of finished hypotheses."""
+    fin = is_eos[:, :k]
+    rank = fin.long().cumsum(dim=1) - 1
+    accept = fin & (rank < (k - num_done)[:, None])
+    if not bool(accept.any()):
+        return num_done
+    rows, cols = accept.nonzero(as_tuple=True)
+    parents = rows * k + cand_beams[rows, cols]
+    raw = cand_scores[rows, cols]
+    norm = raw / (step + 1) ** config.lenpen if config.normalize_scores else raw
+    seqs = tokens[parents, 1:].tolist()
+    for u, s, a, seq in zip(utt_ids[rows].tolist(), norm.tolist(), raw.tolist(), seqs):
+        finished[u].append(Hypothesis(seq, s, a, 0.0))
+    return num_done + accept.sum(dim=1)
+
+
+def _next_beams(is_eos: Tensor, cand_scores: Tensor, cand_beams: Tensor, cand_tokens: Tensor, tokens: Tensor,
+                k: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The next beams: per utterance the first ``k`` of the ``(b, 2k)`` candidates that are not finished
+    (finite-score ``</s>``) ones. Returns ``(parent (b*k,) rows, tokens (b*k, L+1), scores (b*k,))``."""
+    b, n_cand = cand_scores.shape
+    device = cand_scores.device
+    order = is_eos.long() * n_cand + torch.arange(n_cand, device=device)
+    active = order.topk(k, dim=1, largest=False).indices  # ascending: candidate order
+    parent = (cand_beams.gather(1, active) + torch.arange(b, device=device)[:, None] * k).view(-1)
+    new_tokens = cand_tokens.gather(1, active).view(-1)
+    scores = cand_scores.gather(1, active).view(-1)
+    return parent, torch.cat([tokens[parent], new_tokens[:, None]], dim=1), scores
+
+
 @torch.no_grad()
 def fairseq_beam_search(
     memory: Tensor,
@@ -81,11 +143,8 @@ def fairseq_beam_search(
     device = memory.device
     vocab = decoder.vocab_size
     k = min(config.beam_size, vocab - 1)
-    max_len = fairseq_max_len(t_max if src_len is None else src_len, config.max_len_a, config.max_len_b,
-                              decoder.cfg.max_target_positions)
-    if config.min_len > max_len:
-        raise ValueError(f"min_len ({config.min_len}) cannot be larger than max_len ({max_len} = "
-                         f"min(int(max_len_a * src_len + max_len_b), max_target_positions - 1))")
+    src_len = t_max if src_len is None else src_len
+    max_len = _checked_max_len(config, src_len, decoder.cfg.max_target_positions)
     lens = memory_lens.to(device, torch.long)
     mask = torch.arange(t_max, device=device)[None, :] < lens[:, None]
     state = decoder.init_state(memory, mask, group=k)
@@ -98,18 +157,7 @@ def fairseq_beam_search(
     for step in range(max_len + 1):
         b = utt_ids.numel()
         lprobs, state = decoder.step(tokens[:, -1], state)  # (b * k, V), a fresh tensor
-        lprobs = lprobs.masked_fill(lprobs.isnan(), NEG_INF)
-        if pad is not None:
-            lprobs[:, pad] = NEG_INF
-        if unk is not None and config.unkpen:
-            lprobs[:, unk] -= config.unkpen
-        if step >= max_len:
-            keep_eos = lprobs[:, eos].clone()
-            lprobs.fill_(NEG_INF)
-            lprobs[:, eos] = keep_eos
-        elif step < config.min_len:
-            lprobs[:, eos] = NEG_INF
-
+        lprobs = _step_log_probs(lprobs, step, max_len, config, eos, pad, unk)
         lp = lprobs.view(b, k, vocab)
         if step == 0:  # all beams hold the same prefix: expand the first only
             flat = lp[:, 0]
@@ -119,30 +167,12 @@ def fairseq_beam_search(
         cand_scores, idx = flat.topk(n_cand, dim=1)
         cand_beams, cand_tokens = idx // vocab, idx % vocab
         is_eos = (cand_tokens == eos) & (cand_scores != NEG_INF)
-
-        fin = is_eos[:, :k]
-        rank = fin.long().cumsum(dim=1) - 1
-        accept = fin & (rank < (k - num_done)[:, None])
-        if bool(accept.any()):
-            rows, cols = accept.nonzero(as_tuple=True)
-            parents = rows * k + cand_beams[rows, cols]
-            raw = cand_scores[rows, cols]
-            norm = raw / (step + 1) ** config.lenpen if config.normalize_scores else raw
-            for u, s, a, seq in zip(utt_ids[rows].tolist(), norm.tolist(), raw.tolist(),
-                                    tokens[parents, 1:].tolist()):
-                finished[u].append(Hypothesis(seq, s, a, 0.0))
-            num_done = num_done + accept.sum(dim=1)
+        num_done = _finish(is_eos, cand_scores, cand_beams, tokens, utt_ids, num_done, k, step, config,
+                           finished)
         if step >= max_len:
             break
         done = num_done >= k
-
-        # next beams: the first k candidates that are not finished (finite-score eos) ones
-        order = is_eos.long() * n_cand + torch.arange(n_cand, device=device)
-        active = order.topk(k, dim=1, largest=False).indices  # ascending: candidate order
-        parent = (cand_beams.gather(1, active) + torch.arange(b, device=device)[:, None] * k).view(-1)
-        new_tokens = cand_tokens.gather(1, active).view(-1)
-        scores = cand_scores.gather(1, active).view(-1)
-        tokens = torch.cat([tokens[parent], new_tokens[:, None]], dim=1)
+        parent, tokens, scores = _next_beams(is_eos, cand_scores, cand_beams, cand_tokens, tokens, k)
         if bool(done.any()):
             keep = (~done).nonzero().squeeze(1)
             if keep.numel() == 0:
