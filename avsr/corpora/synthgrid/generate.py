@@ -388,6 +388,49 @@ def _check_previous_config(root: Path, config: SynthGridConfig) -> None:
         write_text_atomic(path, json.dumps(wanted, indent=2) + "\n")
 
 
+def _check_setup(config: SynthGridConfig, nj: int, batch_size: int) -> None:
+    """Refuse a bad configuration or job setting, and voices or engines that are not installed.
+
+    Raises:
+        ValueError, FestivalError, EngineError: as :func:`generate`.
+    """
+    config.check()
+    if nj < 1 or batch_size < 1:
+        raise ValueError(f"nj and batch_size must be >= 1, got {nj} and {batch_size}")
+    missing = [v for v in config.voices_used() if v not in installed_voices()]
+    if missing:
+        packages = " ".join(VOICES[v].package for v in missing)
+        raise FestivalError(f"festival voice(s) {missing} not installed (Debian packages {packages}; "
+                            "bash scripts/install.sh installs them)")
+    absent = [e for e in config.engines_used() if not engine_available(e)]
+    if absent:
+        raise EngineError(f"speech synthesiser(s) {absent} not installed (Debian packages "
+                          f"{' '.join(absent)}; bash scripts/install.sh installs them)")
+
+
+def _run_jobs(jobs: list, babble_sets: list[str], total: int, nj: int, progress: bool) -> dict[str, list]:
+    """Run the corpus and babble jobs (in this process, or ``nj`` worker processes, longest first) with a
+    progress bar over ``total`` utterances; returns each babble set's ``(index, waveform)`` pairs."""
+    babble_wavs: dict[str, list] = {name: [] for name in babble_sets}
+    with tqdm(total=total, desc="SynthGRID", unit="utt", disable=not progress) as bar:
+        if nj == 1:
+            results = map(_run_job, jobs)
+            pool = None
+        else:
+            pool = multiprocessing.get_context().Pool(nj)
+            results = pool.imap_unordered(_run_job, jobs)
+        try:
+            for kind, count, wavs in results:
+                if kind != "corpus":
+                    babble_wavs[kind] += wavs
+                bar.update(count)
+        finally:
+            if pool is not None:
+                pool.terminate()
+                pool.join()
+    return babble_wavs
+
+
 def generate(
     root: str | Path, config: SynthGridConfig, nj: int = 1, batch_size: int = 50, progress: bool = True
 ) -> dict[str, int]:
@@ -409,18 +452,7 @@ def generate(
         avsr.corpora.synthgrid.engines.EngineError: eSpeak NG or flite missing or failing.
         avsr.data.media.MediaError: a file cannot be written.
     """
-    config.check()
-    if nj < 1 or batch_size < 1:
-        raise ValueError(f"nj and batch_size must be >= 1, got {nj} and {batch_size}")
-    missing = [v for v in config.voices_used() if v not in installed_voices()]
-    if missing:
-        packages = " ".join(VOICES[v].package for v in missing)
-        raise FestivalError(f"festival voice(s) {missing} not installed (Debian packages {packages}; "
-                            "bash scripts/install.sh installs them)")
-    absent = [e for e in config.engines_used() if not engine_available(e)]
-    if absent:
-        raise EngineError(f"speech synthesiser(s) {absent} not installed (Debian packages "
-                          f"{' '.join(absent)}; bash scripts/install.sh installs them)")
+    _check_setup(config, nj, batch_size)
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     _check_previous_config(root, config)
@@ -455,25 +487,8 @@ def generate(
     jobs.sort(key=_job_cost, reverse=True)  # longest first: the workers finish together
 
     start = time.time()
-    babble_wavs: dict[str, list] = {name: [] for name in babble}
     total = len(pending) + sum(map(len, babble.values()))
-    with tqdm(total=total, desc="SynthGRID", unit="utt", disable=not progress) as bar:
-        if nj == 1:
-            results = map(_run_job, jobs)
-            pool = None
-        else:
-            pool = multiprocessing.get_context().Pool(nj)
-            results = pool.imap_unordered(_run_job, jobs)
-        try:
-            for kind, count, wavs in results:
-                if kind != "corpus":
-                    babble_wavs[kind] += wavs
-                bar.update(count)
-        finally:
-            if pool is not None:
-                pool.terminate()
-                pool.join()
-
+    babble_wavs = _run_jobs(jobs, list(babble), total, nj, progress)
     for name, wavs in babble_wavs.items():
         wavs = [w for _, w in sorted(wavs, key=lambda item: item[0])]
         rng = np.random.default_rng([config.seed, 200 + BABBLE_SETS.index(name)])
