@@ -479,7 +479,8 @@ def test_accumulated_half_batches_give_the_gradient_of_the_full_batch(setup, tmp
     model = _FrameRegression()
     start = {k: v.clone() for k, v in model.state_dict().items()}
     cfg = TrainConfig(max_epoch=1, batch_frames=16, max_batch_size=2, accum_grad=2, grad_clip=0.0, lr=1e-3,
-                      warmup_steps=0, noise_prob=0.0, log_interval=1)  # ... in 2 batches of 2: one step
+                      warmup_steps=0, noise_prob=0.0, log_interval=1,  # ... in 2 batches of 2: one step
+                      precision="fp32")  # auto would be bf16 on a CPU with native bf16: compared in fp32
     trainer = Trainer(model, {}, AVDataset(same, tok, modalities=("audio",), train=True),
                       AVDataset(same[:1], tok, modalities=("audio",)), cfg, tmp_path / "exp")
     grads = []  # the gradient each optimiser step sees
