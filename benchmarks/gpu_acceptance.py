@@ -293,8 +293,10 @@ def cmd_train_step(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- recipe
-def tiny_recipe_configs(out: Path) -> tuple[Path, Path]:
-    """The tiny training and decoding configs of ``tests/test_recipe.py`` (``tiny_configs``), one epoch."""
+def tiny_recipe_configs(out: Path, max_epoch: int = 1) -> tuple[Path, Path]:
+    """The SynthGRID recipe's training configuration with a tiny model (1 encoder layer of 32 dims, ResNet
+    widths 4-8, 1 decoder layer) for ``max_epoch`` epochs, and the default decoding configuration with beam 2,
+    written as ``out/train.yaml`` and ``out/decode.yaml`` (also the end-to-end tests' configurations)."""
     import yaml
 
     from avsr.train.trainer import load_train_config
@@ -303,7 +305,7 @@ def tiny_recipe_configs(out: Path) -> tuple[Path, Path]:
     train = yaml.safe_load(path.read_text())
     del train["model_config"]
     train.update(load_train_config(path)[1])  # the model YAML's sections under the training config's keys
-    train.update(max_epoch=1, batch_frames=800, warmup_steps=5, keep_nbest=1)
+    train.update(max_epoch=max_epoch, batch_frames=800, warmup_steps=5, keep_nbest=min(2, max_epoch))
     train["encoder_conf"].update(encoder_layers=1, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
                                  encoder_attention_heads=2, conv_pos=8, conv_pos_groups=4,
                                  resnet_widths=[4, 4, 8, 8])

@@ -10,30 +10,19 @@ import pytest
 import yaml
 
 from avsr.train.checkpoint import load_checkpoint
-from avsr.train.trainer import load_train_config
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "synthgrid" / "avsr1"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from gpu_acceptance import tiny_recipe_configs  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("festival") is None, reason="festival is not installed")
 
 
 def tiny_configs(tmp_path: Path) -> tuple[Path, Path]:
-    path = ROOT / "conf/train/avsr_synthgrid_cpu.yaml"
-    train = yaml.safe_load(path.read_text())
-    del train["model_config"]
-    train.update(load_train_config(path)[1])  # the model YAML's sections under the training config's keys
-    train.update(max_epoch=2, batch_frames=800, warmup_steps=5, keep_nbest=2)
-    train["encoder_conf"].update(encoder_layers=1, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
-                                 encoder_attention_heads=2, conv_pos=8, conv_pos_groups=4,
-                                 resnet_widths=[4, 4, 8, 8])
-    train["decoder_conf"].update(decoder_layers=1, decoder_embed_dim=32, decoder_ffn_embed_dim=64,
-                                 decoder_attention_heads=2)
-    decode = yaml.safe_load((ROOT / "conf/decode/default.yaml").read_text())
-    decode.update(beam_size=2, maxlenratio=0.5)
-    (tmp_path / "train.yaml").write_text(yaml.safe_dump(train))
-    (tmp_path / "decode.yaml").write_text(yaml.safe_dump(decode))
-    return tmp_path / "train.yaml", tmp_path / "decode.yaml"
+    """The tiny model of the GPU acceptance run's recipe step, for 2 epochs."""
+    return tiny_recipe_configs(tmp_path, max_epoch=2)
 
 
 def run(args: list[str], **kw) -> subprocess.CompletedProcess:

@@ -29,6 +29,14 @@ CTC_END_PROB = 0.99
 CTC_MAXLEN_RATIO = 1.5
 
 
+def _check_beam(beam_size: int, nbest: int) -> None:
+    """ValueError unless ``beam_size >= 1`` and ``1 <= nbest <= beam_size`` (read by both searches)."""
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not 1 <= nbest <= beam_size:
+        raise ValueError(f"nbest must lie in [1, beam_size={beam_size}], got {nbest}")
+
+
 class _Readers:
     """The readers shared by the configuration types; each returns the type that ``search:`` names."""
 
@@ -127,12 +135,9 @@ class DecodeConfig(_Readers):
     audio_weight: float | None = None
 
     def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
+        _check_beam(self.beam_size, self.nbest)
         if not 0.0 <= self.ctc_weight <= 1.0:
             raise ValueError(f"ctc_weight must lie in [0, 1], got {self.ctc_weight}")
-        if not 1 <= self.nbest <= self.beam_size:
-            raise ValueError(f"nbest must lie in [1, beam_size={self.beam_size}], got {self.nbest}")
         if self.minlenratio < 0:
             raise ValueError(f"minlenratio must be >= 0, got {self.minlenratio}")
         if self.ctc_scoring not in ("partial", "full"):
@@ -206,10 +211,7 @@ class FairseqConfig(_Readers):
     normalize_scores: bool = True
 
     def __post_init__(self) -> None:
-        if self.beam_size < 1:
-            raise ValueError(f"beam_size must be >= 1, got {self.beam_size}")
-        if not 1 <= self.nbest <= self.beam_size:
-            raise ValueError(f"nbest must lie in [1, beam_size={self.beam_size}], got {self.nbest}")
+        _check_beam(self.beam_size, self.nbest)
         if self.ctc_weight != 0:
             raise ValueError(
                 f"search 'fairseq' is attention-only (fairseq's SequenceGenerator): set ctc_weight to 0, "
