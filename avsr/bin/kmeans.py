@@ -25,32 +25,25 @@ from pathlib import Path
 import torch
 
 from avsr.bin.runner import tool
-from avsr.clustering.kmeans import KMeansConfig, fit_kmeans, sample_features, write_kmeans_labels
-from avsr.clustering.shards import FeatureDumpError, find_shards, read_shard
+from avsr.clustering.kmeans import KMeansConfig, fit_kmeans_on_shards, write_kmeans_labels
+from avsr.clustering.shards import find_shards
 
 logger = logging.getLogger("avsr.kmeans")
 
 
 def _fit(args: argparse.Namespace) -> None:
-    shards = [read_shard(p) for p in find_shards(args.feat_dir, args.split)]
-    described = {(s.info["features"], s.info["rate"]) for s in shards}
-    if len(described) != 1:
-        raise FeatureDumpError(
-            f"{args.feat_dir}: shards of {args.split} hold different features {sorted(described)}"
-        )
-    features, rate = described.pop()
+    """``fit``: k-means on the shards (:func:`avsr.clustering.kmeans.fit_kmeans_on_shards`)."""
     config = KMeansConfig(
         n_clusters=args.n_clusters, init=args.init, max_iter=args.max_iter, batch_size=args.batch_size,
         tol=args.tol, max_no_improvement=args.max_no_improvement, n_init=args.n_init,
         reassignment_ratio=args.reassignment_ratio, seed=args.seed,
     )
-    feats = sample_features(shards, args.percent, args.max_frames, args.seed)
-    fit_kmeans(feats, args.km, config, {"features": features, "rate": rate, "feat_dir": str(args.feat_dir),
-                                        "split": args.split, "percent": args.percent,
-                                        "max_frames": args.max_frames}, verbose=args.verbose)
+    fit_kmeans_on_shards(args.feat_dir, args.split, args.km, config, args.percent, args.max_frames,
+                         verbose=args.verbose)
 
 
 def _apply(args: argparse.Namespace) -> None:
+    """``apply``: the labels of a data dir (:func:`avsr.clustering.kmeans.write_kmeans_labels`)."""
     shards = find_shards(args.feat_dir, args.split)
     write_kmeans_labels(shards, args.km, args.data_dir, args.name, args.device)
 
