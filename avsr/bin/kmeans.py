@@ -31,13 +31,14 @@ from avsr.clustering.shards import find_shards
 logger = logging.getLogger("avsr.kmeans")
 
 
+#: the KMeansConfig fields of ``fit``'s options (``--max-iter`` for ``max_iter``), in the order of --help
+_FIT_SETTINGS = ("seed", "init", "max_iter", "batch_size", "tol", "max_no_improvement", "n_init",
+                 "reassignment_ratio")
+
+
 def _fit(args: argparse.Namespace) -> None:
     """``fit``: k-means on the shards (:func:`avsr.clustering.kmeans.fit_kmeans_on_shards`)."""
-    config = KMeansConfig(
-        n_clusters=args.n_clusters, init=args.init, max_iter=args.max_iter, batch_size=args.batch_size,
-        tol=args.tol, max_no_improvement=args.max_no_improvement, n_init=args.n_init,
-        reassignment_ratio=args.reassignment_ratio, seed=args.seed,
-    )
+    config = KMeansConfig(n_clusters=args.n_clusters, **{name: getattr(args, name) for name in _FIT_SETTINGS})
     fit_kmeans_on_shards(args.feat_dir, args.split, args.km, config, args.percent, args.max_frames,
                          verbose=args.verbose)
 
@@ -64,14 +65,9 @@ def main(argv: list[str] | None = None) -> int | None:
     fit.add_argument("--percent", type=float, default=-1.0,
                      help="fraction of each shard's utterances to fit on; negative: all (default)")
     fit.add_argument("--max-frames", type=int, help="fit on at most this many frames (random)")
-    fit.add_argument("--seed", type=int, default=defaults.seed)
-    fit.add_argument("--init", default=defaults.init)
-    fit.add_argument("--max-iter", type=int, default=defaults.max_iter)
-    fit.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    fit.add_argument("--tol", type=float, default=defaults.tol)
-    fit.add_argument("--max-no-improvement", type=int, default=defaults.max_no_improvement)
-    fit.add_argument("--n-init", type=int, default=defaults.n_init)
-    fit.add_argument("--reassignment-ratio", type=float, default=defaults.reassignment_ratio)
+    for name in _FIT_SETTINGS:  # KMeansConfig's, with its defaults
+        default = getattr(defaults, name)
+        fit.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
     fit.add_argument("--verbose", type=int, default=0, help="scikit-learn verbosity")
     apply.add_argument("--data-dir", required=True, type=Path, help="data dir the features were dumped from")
     apply.add_argument("--name", default="km", help="labels go to <data-dir>/<name>.km (default: km)")

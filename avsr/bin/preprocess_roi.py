@@ -2,25 +2,12 @@
 
 Usage: ``python -m avsr.bin.preprocess_roi --src-dir LRS3 --dst-dir roi [--ext mp4] [--nj 4]
 [--landmarks-dir LANDMARKS] [--fail-on-error]``: every ``<src-dir>/<rel>.<ext>`` gives
-``<dst-dir>/<rel>.mp4`` and ``<dst-dir>/<rel>.wav`` (LRS3's ``<split>/<speaker>/<id>.mp4`` keeps its
-layout); nothing else is copied. Or ``--list FILE``, one video per line: ``<src>`` (relative to
-``--src-dir``, whose layout is kept), or ``<src> <dst.mp4>`` (the output relative to ``--dst-dir``), or
-``<src> <dst.mp4> <start_s> <end_s>`` to keep only that part (``end_s`` -1: to the end; the pieces of long
-LRS3 ``pretrain`` clips, see :mod:`avsr.data.lrs3`); relative
-``<src>`` paths are taken from ``--src-dir`` if given, else from the current directory.
-
-With ``--landmarks-dir DIR`` the landmarks are not detected but read from ``<DIR>/<rel>.pkl`` (or ``.npy``),
-``<rel>`` being the source video's path relative to ``--src-dir`` without its suffix: the layout of
-AV-HuBERT's ``detect_landmark.py`` (``--landmark``), so that the published LRS3 / VoxCeleb2 landmarks give
-the original's crops (:func:`avsr.data.roi.load_landmarks`; a segment of a list uses its frames of
-the whole video's landmarks). A video without a landmark file fails (``failed.tsv``).
-
-Outputs are written atomically (wav, then mp4), so a run can be stopped at any time and run again: a video
-whose two outputs exist is skipped. A video that fails (unreadable, no face, no audio) is logged with the
-reason and listed in ``<dst-dir>/failed.tsv`` (``path<TAB>reason``, path as given: relative to
-``--src-dir`` or as in the list), and the others go on. The exit status is 0 when at least one video is done
-or was done before, 1 otherwise or (with ``--fail-on-error``) when any failed. See :mod:`avsr.data.roi_jobs`
-and :mod:`avsr.data.roi`.
+``<dst-dir>/<rel>.mp4`` and ``<dst-dir>/<rel>.wav``; or ``--list FILE``, one video per line: ``<src>``,
+``<src> <dst.mp4>`` or ``<src> <dst.mp4> <start_s> <end_s>``. ``--landmarks-dir DIR`` reads the landmarks
+in the layout of AV-HuBERT's ``detect_landmark.py`` instead of detecting them. Resumable; a video that fails
+is listed in ``<dst-dir>/failed.tsv`` and the others go on: see :mod:`avsr.data.roi_jobs` (the batch job)
+and :mod:`avsr.data.roi` (one video). The exit status is 0 when at least one video is done or was done
+before, 1 otherwise or (with ``--fail-on-error``) when any failed.
 """
 
 from __future__ import annotations
@@ -39,33 +26,21 @@ logger = logging.getLogger("avsr.bin.preprocess_roi")
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser."""
-    p = argparse.ArgumentParser(
-        prog="python -m avsr.bin.preprocess_roi",
-        description="Cut 96x96 gray 25 fps mouth ROIs and 16 kHz mono wavs out of raw face videos "
-        "(resumable, parallel).",
-    )
+    p = argparse.ArgumentParser(prog="python -m avsr.bin.preprocess_roi",
+                                description="Cut 96x96 gray 25 fps mouth ROIs and 16 kHz mono wavs out of "
+                                "raw face videos (resumable, parallel).")
     p.add_argument("--src-dir", help="root of the raw videos (their layout is kept under --dst-dir)")
     p.add_argument("--dst-dir", required=True, help="output root: <rel>.mp4 (ROI) and <rel>.wav per video")
-    p.add_argument(
-        "--list",
-        help="work list instead of every video under --src-dir; lines: <src> | <src> <dst.mp4> | "
-        "<src> <dst.mp4> <start_s> <end_s>",
-    )
+    p.add_argument("--list", help="work list instead of every video under --src-dir; lines: <src> | "
+                   "<src> <dst.mp4> | <src> <dst.mp4> <start_s> <end_s>")
     p.add_argument("--ext", default="mp4", help="comma-separated extensions under --src-dir (default mp4)")
     p.add_argument("--nj", type=int, default=1, help="worker processes (default %(default)s)")
-    p.add_argument(
-        "--smooth-window",
-        "--window-margin",
-        dest="smooth_window",
-        type=int,
-        default=12,
-        help="frames whose mean landmarks align a frame (AV-HuBERT's --window-margin; default %(default)s)",
-    )
-    p.add_argument(
-        "--landmarks-dir",
-        help="read iBUG-68 landmarks from <dir>/<video relative to --src-dir, no suffix>.pkl (AV-HuBERT's "
-        "detect_landmark.py output, or .npy) instead of detecting them",
-    )
+    p.add_argument("--smooth-window", "--window-margin", dest="smooth_window", type=int, default=12,
+                   help="frames whose mean landmarks align a frame (AV-HuBERT's --window-margin; default "
+                   "%(default)s)")
+    p.add_argument("--landmarks-dir", help="read iBUG-68 landmarks from <dir>/<video relative to "
+                   "--src-dir, no suffix>.pkl (AV-HuBERT's detect_landmark.py output, or .npy) instead of "
+                   "detecting them")
     p.add_argument("--fail-on-error", action="store_true", help="exit with status 1 if any video failed")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
@@ -77,16 +52,9 @@ def main(argv: list[str] | None = None) -> int | None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        summary = preprocess_dir(
-            args.dst_dir,
-            args.src_dir,
-            args.list,
-            tuple(e.strip().lstrip(".") for e in args.ext.split(",") if e.strip()),
-            args.nj,
-            args.smooth_window,
-            progress=not args.no_progress,
-            landmarks_dir=args.landmarks_dir,
-        )
+        exts = tuple(e.strip().lstrip(".") for e in args.ext.split(",") if e.strip())
+        summary = preprocess_dir(args.dst_dir, args.src_dir, args.list, exts, args.nj, args.smooth_window,
+                                 progress=not args.no_progress, landmarks_dir=args.landmarks_dir)
     except ImportError as exc:  # the [video] extra is missing: a runtime error, in one line
         print(f"avsr-preprocess-roi: error: {exc}", file=sys.stderr)
         return 1

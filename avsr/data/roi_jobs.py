@@ -10,12 +10,15 @@ from ``--src-dir`` if given, else from the current directory.
 
 With a landmarks directory the landmarks are not detected but read from ``<DIR>/<rel>.pkl`` (or ``.npy``),
 ``<rel>`` being the source video's path relative to ``--src-dir`` without its suffix (:func:`landmark_file`):
-the layout of AV-HuBERT's ``detect_landmark.py``. A video without a landmark file fails.
+the layout of AV-HuBERT's ``detect_landmark.py`` (``--landmark``), so that the published LRS3 / VoxCeleb2
+landmarks give the original's crops (:func:`avsr.data.roi.load_landmarks`; a segment of a list uses its
+frames of the whole video's landmarks). A video without a landmark file fails (``failed.tsv``).
 
 Outputs are written atomically (wav, then mp4), so a run can be stopped at any time and run again: a video
 whose two outputs exist is skipped. A video that fails (unreadable, no face, no audio) is logged with the
-reason and listed in ``<dst-dir>/failed.tsv`` (``path<TAB>reason``, path as given), and the others go on
-(:func:`preprocess_dir`). One video is :func:`avsr.data.roi.preprocess_video`.
+reason and listed in ``<dst-dir>/failed.tsv`` (``path<TAB>reason``, path as given: relative to
+``--src-dir`` or as in the list), and the others go on (:func:`preprocess_dir`). One video is
+:func:`avsr.data.roi.preprocess_video`.
 """
 
 from __future__ import annotations
