@@ -130,6 +130,7 @@ def _init_worker() -> None:
 
 
 def _reason(exc: BaseException) -> str:
+    """``<Type>: <message>`` of a failed video, on one line (for the log and failed.tsv)."""
     return " ".join(f"{type(exc).__name__}: {exc}".split())  # one line
 
 
