@@ -93,6 +93,11 @@ class ConfigError(ValueError):
     """A configuration file or mapping is invalid: an unknown key, a wrong type or a missing file."""
 
 
+class UsageError(ValueError):
+    """Options that do not go together or cannot be right (exit status 2 of the command-line tools, see
+    :mod:`avsr.bin.runner`, which re-exports it): e.g. resuming an experiment with other settings."""
+
+
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
     """Read a YAML file whose top level is a mapping.
 

@@ -102,7 +102,7 @@ def test_an_experiment_refuses_to_resume_with_other_settings(tmp_path):
     import yaml
 
     from avsr.bin.runner import UsageError
-    from avsr.bin.train import keep_promise
+    from avsr.train.experiment import keep_promise
 
     old = {"lr": 0.001, "max_epoch": 3, "encoder_conf": {"encoder_layers": 2}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(old))

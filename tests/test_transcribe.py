@@ -153,7 +153,7 @@ def setup(tmp_path_factory):
 
 def _recipe_hyps(setup, modality: str) -> dict[str, str]:
     """The recipe's decoding of the ROI-stage output (data dir utterances -> Transcriber.transcribe_batch)."""
-    from avsr.bin.prepare_data import scan_split
+    from avsr.data.corpus_check import scan_split
     from avsr.inference import Transcriber
 
     transcriber = Transcriber(setup["model"], setup["tokenizer"], DECODE)

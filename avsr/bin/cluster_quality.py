@@ -22,33 +22,16 @@ import sys
 from pathlib import Path
 
 from avsr.bin.runner import tool
-from avsr.clustering.quality import SILENCE, label_quality, results_header, results_row
+from avsr.clustering.quality import SILENCE, label_quality, quality_report, results_header, results_row
 from avsr.fileio import write_text_atomic
 
 logger = logging.getLogger("avsr.cluster_quality")
 
 
 def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically, making its directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, text)
-
-
-def report(paths: list[Path]) -> str:
-    """A markdown section with one table row per result JSON (in the given order).
-
-    Raises:
-        FileNotFoundError: a JSON file is missing; ValueError: it is not a cluster quality result (named).
-    """
-    rows = []
-    for path in paths:
-        result = json.loads(path.read_text(encoding="utf-8"))
-        missing = [k for k in ("labels", "phone_purity", "cluster_purity", "pnmi") if k not in result]
-        if missing:
-            raise ValueError(f"{path}: not a cluster quality result (no {missing})")
-        rows.append(results_row(result))
-    return ("## Cluster quality\n\nPhone purity, cluster purity and PNMI of the pretraining targets against "
-            "the festival phone alignments (HuBERT, Hsu et al. 2021, Sec. IV-D), on the training set.\n\n"
-            + results_header() + "\n" + "\n".join(rows) + "\n")
 
 
 @tool("avsr-cluster-quality")
@@ -65,7 +48,7 @@ def main(argv: list[str] | None = None) -> int | None:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.report:
-        text = report(args.report)
+        text = quality_report(args.report)
         if args.out is not None:
             _write_atomic(args.out, text)
         print(text)

@@ -12,6 +12,8 @@ one, which is rewritten). Out:
   configuration;
 * with ``--write-bpemodel PATH``: the sentencepiece model pickled inside a fine-tuned checkpoint, if any.
 
+See :mod:`avsr.models.convert`.
+
 Usage: ``avsr-convert large_vox_433h.pt exp/avhubert/model.pt [--bpemodel spm1000/spm_unigram1000.model]``
 """
 
@@ -21,63 +23,9 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from avsr.bin.runner import tool
-
-logger = logging.getLogger("avsr.convert")
-
-
-def convert(src: str | Path, dst: str | Path, config_out: str | Path | None = None, dictionary: Any = None,
-            bpemodel: str | Path | None = None, bpemodel_out: str | Path | None = None) -> dict[str, Any]:
-    """Convert ``src`` into avsr's checkpoint ``dst`` and YAML ``config_out`` (default: ``dst``, ``.yaml``).
-
-    Args:
-        src: the checkpoint to convert.
-        dst: the avsr checkpoint to write (atomically).
-        config_out: the YAML configuration to write.
-        dictionary, bpemodel: token symbols of a fine-tuned model (see
-            :meth:`avsr.models.asr.AVSRModel.from_checkpoint`).
-        bpemodel_out: where to write the sentencepiece model pickled in ``src`` (error if it has none).
-
-    Returns:
-        The written ``model_config``.
-
-    Raises:
-        FileNotFoundError, avsr.compat.CheckpointError: as :func:`avsr.compat.read_checkpoint`; a
-            ``bpemodel_out`` request for a file without a pickled sentencepiece model.
-    """
-    from avsr.compat import CheckpointError, read_checkpoint
-    from avsr.config import to_dict
-    from avsr.encoder import AVHubertEncoder
-    from avsr.fileio import write_text_atomic
-    from avsr.models.asr import AVSRModel
-    from avsr.train.checkpoint import save_atomic
-
-    loaded = read_checkpoint(src)
-    if loaded.model_config is None:
-        module = AVHubertEncoder.from_checkpoint(loaded)
-        model_config: dict[str, Any] = {"encoder_conf": to_dict(module.config)}
-    else:
-        module = AVSRModel.from_checkpoint(loaded, dictionary=dictionary, bpemodel=bpemodel)
-        model_config = module.model_config
-    dst = Path(dst)
-    origin = {"path": str(src), "kind": loaded.kind, "ignored_keys": loaded.ignored}
-    save_atomic({"model": module.state_dict(), "model_config": model_config, "converted_from": origin}, dst)
-    config_out = Path(config_out) if config_out is not None else dst.with_suffix(".yaml")
-    config_out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(config_out, f"# converted by avsr-convert from {src} ({loaded.kind})\n"
-                      + yaml.safe_dump(model_config, sort_keys=False, allow_unicode=True))
-    if bpemodel_out is not None:
-        if loaded.sentencepiece is None:
-            raise CheckpointError(f"{src}: no sentencepiece model is pickled in this checkpoint")
-        Path(bpemodel_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(bpemodel_out).write_bytes(loaded.sentencepiece)
-    logger.info("%s (%s) -> %s, %s; not converted: %s", src, loaded.kind, dst, config_out,
-                ", ".join(loaded.ignored) or "nothing")
-    return model_config
+from avsr.models.convert import convert
 
 
 @tool("avsr-convert")

@@ -26,9 +26,8 @@ from pathlib import Path
 import torch
 
 from avsr.bin.runner import tool
-from avsr.clustering.extract import LayerExtractor, MfccExtractor, load_encoder
-from avsr.clustering.shards import dump_shard
-from avsr.data.datadir import read_datadir
+from avsr.clustering.extract import MfccExtractor, layer_extractor
+from avsr.clustering.shards import dump_data_dir
 from avsr.modalities import MODALITIES
 
 logger = logging.getLogger("avsr.dump_features")
@@ -58,24 +57,16 @@ def main(argv: list[str] | None = None) -> int | None:
     if args.feature == "layer":
         if args.checkpoint is None or args.layer is None:
             p.error("--feature layer needs --checkpoint and --layer")
-        encoder = load_encoder(args.checkpoint)
-        description = f"layer{args.layer} of {args.checkpoint}"
-        if args.modality != "audiovisual":
-            description += f" ({args.modality})"
-        extractor = LayerExtractor(encoder, args.layer, args.modality, args.device, args.batch_frames,
-                                   description)
+        extractor = layer_extractor(args.checkpoint, args.layer, args.modality, args.device,
+                                    args.batch_frames)
     else:
         if args.checkpoint is not None or args.layer is not None:
             p.error("--checkpoint and --layer are for --feature layer")
         extractor = MfccExtractor()
-    utts = read_datadir(args.data_dir, require_text=False)
-    split = args.split or args.data_dir.name
-    ranks = range(args.nshard) if args.rank is None else [args.rank]
-    for rank in ranks:
-        dump_shard(utts, extractor, args.feat_dir, split, args.nshard, rank, str(args.data_dir),
-                   args.overwrite)
+    num_utts = dump_data_dir(args.data_dir, extractor, args.feat_dir, args.split, args.nshard, args.rank,
+                             args.overwrite)
     logger.info("%s: %s features of %d utterances in %s (%s_*_%d)", args.data_dir, extractor.description,
-                len(utts), args.feat_dir, split, args.nshard)
+                num_utts, args.feat_dir, args.split or args.data_dir.name, args.nshard)
 
 
 if __name__ == "__main__":

@@ -25,32 +25,26 @@ from pathlib import Path
 import torch
 
 from avsr.bin.runner import tool
-from avsr.clustering.kmeans import KMeansConfig, fit_kmeans, sample_features, write_kmeans_labels
-from avsr.clustering.shards import FeatureDumpError, find_shards, read_shard
+from avsr.clustering.kmeans import KMeansConfig, fit_kmeans_on_shards, write_kmeans_labels
+from avsr.clustering.shards import find_shards
 
 logger = logging.getLogger("avsr.kmeans")
 
 
+#: the KMeansConfig fields of ``fit``'s options (``--max-iter`` for ``max_iter``), in the order of --help
+_FIT_SETTINGS = ("seed", "init", "max_iter", "batch_size", "tol", "max_no_improvement", "n_init",
+                 "reassignment_ratio")
+
+
 def _fit(args: argparse.Namespace) -> None:
-    shards = [read_shard(p) for p in find_shards(args.feat_dir, args.split)]
-    described = {(s.info["features"], s.info["rate"]) for s in shards}
-    if len(described) != 1:
-        raise FeatureDumpError(
-            f"{args.feat_dir}: shards of {args.split} hold different features {sorted(described)}"
-        )
-    features, rate = described.pop()
-    config = KMeansConfig(
-        n_clusters=args.n_clusters, init=args.init, max_iter=args.max_iter, batch_size=args.batch_size,
-        tol=args.tol, max_no_improvement=args.max_no_improvement, n_init=args.n_init,
-        reassignment_ratio=args.reassignment_ratio, seed=args.seed,
-    )
-    feats = sample_features(shards, args.percent, args.max_frames, args.seed)
-    fit_kmeans(feats, args.km, config, {"features": features, "rate": rate, "feat_dir": str(args.feat_dir),
-                                        "split": args.split, "percent": args.percent,
-                                        "max_frames": args.max_frames}, verbose=args.verbose)
+    """``fit``: k-means on the shards (:func:`avsr.clustering.kmeans.fit_kmeans_on_shards`)."""
+    config = KMeansConfig(n_clusters=args.n_clusters, **{name: getattr(args, name) for name in _FIT_SETTINGS})
+    fit_kmeans_on_shards(args.feat_dir, args.split, args.km, config, args.percent, args.max_frames,
+                         verbose=args.verbose)
 
 
 def _apply(args: argparse.Namespace) -> None:
+    """``apply``: the labels of a data dir (:func:`avsr.clustering.kmeans.write_kmeans_labels`)."""
     shards = find_shards(args.feat_dir, args.split)
     write_kmeans_labels(shards, args.km, args.data_dir, args.name, args.device)
 
@@ -71,14 +65,9 @@ def main(argv: list[str] | None = None) -> int | None:
     fit.add_argument("--percent", type=float, default=-1.0,
                      help="fraction of each shard's utterances to fit on; negative: all (default)")
     fit.add_argument("--max-frames", type=int, help="fit on at most this many frames (random)")
-    fit.add_argument("--seed", type=int, default=defaults.seed)
-    fit.add_argument("--init", default=defaults.init)
-    fit.add_argument("--max-iter", type=int, default=defaults.max_iter)
-    fit.add_argument("--batch-size", type=int, default=defaults.batch_size)
-    fit.add_argument("--tol", type=float, default=defaults.tol)
-    fit.add_argument("--max-no-improvement", type=int, default=defaults.max_no_improvement)
-    fit.add_argument("--n-init", type=int, default=defaults.n_init)
-    fit.add_argument("--reassignment-ratio", type=float, default=defaults.reassignment_ratio)
+    for name in _FIT_SETTINGS:  # KMeansConfig's, with its defaults
+        default = getattr(defaults, name)
+        fit.add_argument("--" + name.replace("_", "-"), type=type(default), default=default)
     fit.add_argument("--verbose", type=int, default=0, help="scikit-learn verbosity")
     apply.add_argument("--data-dir", required=True, type=Path, help="data dir the features were dumped from")
     apply.add_argument("--name", default="km", help="labels go to <data-dir>/<name>.km (default: km)")

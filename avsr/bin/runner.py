@@ -19,15 +19,13 @@ import os
 import sys
 from collections.abc import Callable
 
+from avsr.config import UsageError  # defined beside ConfigError, so that library code can raise it
+
 __all__ = ["UsageError", "DATA_ERRORS", "USAGE_ERRORS", "tool", "debug_requested"]
 
 
-class UsageError(ValueError):
-    """Options that do not go together or cannot be right (exit status 2)."""
-
-
 #: (module, class) of the errors reported as usage/configuration errors (exit status 2).
-USAGE_ERRORS = (("avsr.bin.runner", "UsageError"), ("avsr.config", "ConfigError"))
+USAGE_ERRORS = (("avsr.config", "UsageError"), ("avsr.config", "ConfigError"))
 #: (module, class) of the errors reported as data/runtime errors (exit status 1); OSError too.
 DATA_ERRORS = (
     ("avsr.data.dataset", "DataError"),

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from avsr.bin.runner import tool
-from avsr.eval.scoring import ScoringError, collect_decode_dir, write_results
+from avsr.eval.scoring import ScoringError, collect_decode_dir, collect_systems, row_line, write_results
 
 
 @tool("avsr-score")
@@ -44,15 +44,7 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--notes", default="", help="free text for the environment section of RESULTS.md")
     p.add_argument("--title", default="Results", help="heading of RESULTS.md")
     args = p.parse_args(argv)
-    if args.decode_dir is not None:
-        rows = collect_decode_dir(args.decode_dir)
-    else:
-        rows = []
-        for spec in args.system:
-            name, sep, path = spec.partition("=")
-            if not sep or not name or not path:
-                raise ScoringError(f"--system must be NAME=DECODE_DIR, got {spec!r}")
-            rows += [{"system": name, **r} for r in collect_decode_dir(path)]
+    rows = collect_systems(args.system) if args.decode_dir is None else collect_decode_dir(args.decode_dir)
     extra = []
     for f in args.append:
         if not f.is_file():
@@ -60,14 +52,7 @@ def main(argv: list[str] | None = None) -> int | None:
         extra.append(f.read_text(encoding="utf-8"))
     path = write_results(args.out, rows, notes=args.notes, title=args.title, extra_md="\n\n".join(extra))
     for r in rows:
-        snr = "" if r["snr_db"] is None else f"{r['snr_db']:g} dB"
-        print(
-            f"{r['system'] + '  ' if 'system' in r else ''}{r['test_set']:<12} {r['modality']:<12} "
-            f"{r['noise']:<8} {snr:>7}  "
-            f"WER {r['wer']:6.2f}%  "
-            f"({r['num_words']} words, {r['num_utts']} utts"
-            + (f", {r['num_failed']} FAILED: counted as deleted)" if r.get("num_failed") else ")")
-        )
+        print(row_line(r))
     print(Path(path).resolve())
     return 0
 

@@ -17,36 +17,10 @@ import math
 import sys
 from pathlib import Path
 
-import torch
-
 from avsr.bin.runner import tool
-from avsr.data.datadir import Utterance, read_datadir, write_datadir
+from avsr.data.datadir import choose_subset, read_datadir, write_datadir
 
 logger = logging.getLogger("avsr.subset_data")
-
-
-def choose_subset(utts: list[Utterance], num: int, seed: int = 0) -> list[Utterance]:
-    """``num`` utterances of ``utts``, drawn at random but spread over the speakers.
-
-    One utterance per speaker is taken first (in a random speaker order, as long as ``num`` allows), the
-    rest uniformly from the remaining utterances; the result is sorted by utterance id.
-
-    Raises:
-        ValueError: ``num`` is not in ``1..len(utts)``.
-    """
-    if not 1 <= num <= len(utts):
-        raise ValueError(f"subset size must lie in 1..{len(utts)}, got {num}")
-    g = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(utts), generator=g).tolist()
-    chosen: list[int] = []
-    seen: set[str] = set()
-    for i in order:  # first utterance of each speaker in the random order
-        if len(chosen) < num and utts[i].speaker not in seen:
-            seen.add(utts[i].speaker)
-            chosen.append(i)
-    taken = set(chosen)
-    chosen += [i for i in order if i not in taken][: num - len(chosen)]
-    return sorted((utts[i] for i in chosen), key=lambda u: u.utt_id)
 
 
 @tool("avsr-subset-data")

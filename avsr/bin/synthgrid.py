@@ -22,6 +22,45 @@ from avsr.corpora.synthgrid.festival import FestivalError
 from avsr.corpora.synthgrid.generate import TRAIN_CORPORA, SynthGridConfig, generate
 from avsr.corpora.synthgrid.voices import VOICES
 
+_D = "(default %(default)s)"
+#: The numeric fields of SynthGridConfig given on the command line (``--num-train`` for ``num_train``), with
+#: their help, in groups: the options between the groups are of other kinds.
+_SPLITS = (
+    ("num_train", int, f"train utterances {_D}"),
+    ("num_valid", int, f"valid utterances {_D}"),
+    ("num_test", int, f"test utterances {_D}"),
+    ("train_speakers", int, "default %(default)s"),
+    ("valid_speakers", int, "default %(default)s"),
+    ("test_speakers", int, "default %(default)s"),
+    ("num_test_unseen_voice", int,
+     f"utterances of test_unseen_voice, spoken by voices in no training utterance {_D}"),
+    ("test_unseen_voice_speakers", int, "default %(default)s"),
+)
+_ACCENTED = (
+    ("num_train_accented", int, "english corpus: training utterances added in the accented voices (the "
+     f"non-English --train-voices), clean, by speakers of their own {_D}"),
+    ("train_accented_speakers", int, f"speakers of those utterances {_D}"),
+)
+_ENGINE_TESTS = (
+    ("num_test_espeak_ng", int,
+     f"utterances of test_espeak_ng, spoken by eSpeak NG's held-out variants {_D}"),
+    ("num_test_flite", int, f"utterances of test_flite, spoken by flite's held-out voice {_D}"),
+    ("test_engine_speakers", int, f"speakers of each engine test split {_D}"),
+    ("babble_speakers", int, f"speakers per babble file {_D}"),
+    ("babble_seconds", float, "length of each babble file (0: none)"),
+    ("babble_overlap", int, "talkers summed in the babble"),
+    ("seed", int, f"random seed {_D}"),
+    ("nuisance", float, "video nuisance strength (0: none, 1: default)"),
+    ("target_jitter", float, "articulation variation"),
+)
+
+
+def _add_numbers(p: argparse.ArgumentParser, rows: tuple) -> None:
+    """``--<field>`` options of ``(field, type, help)`` rows, defaults from :class:`SynthGridConfig`."""
+    for field, kind, text in rows:
+        default = getattr(SynthGridConfig, field)
+        p.add_argument("--" + field.replace("_", "-"), type=kind, default=default, help=text)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser (defaults are those of :class:`SynthGridConfig`)."""
@@ -33,21 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="corpus directory (required unless --list-voices)")
     p.add_argument("--list-voices", action="store_true",
                    help="print every voice of every engine with how it sounds (markdown) and exit")
-    p.add_argument(
-        "--num-train", type=int, default=d.num_train, help="train utterances (default %(default)s)"
-    )
-    p.add_argument(
-        "--num-valid", type=int, default=d.num_valid, help="valid utterances (default %(default)s)"
-    )
-    p.add_argument("--num-test", type=int, default=d.num_test, help="test utterances (default %(default)s)")
-    p.add_argument("--train-speakers", type=int, default=d.train_speakers, help="default %(default)s")
-    p.add_argument("--valid-speakers", type=int, default=d.valid_speakers, help="default %(default)s")
-    p.add_argument("--test-speakers", type=int, default=d.test_speakers, help="default %(default)s")
-    p.add_argument("--num-test-unseen-voice", type=int, default=d.num_test_unseen_voice,
-                   help="utterances of test_unseen_voice, spoken by voices in no training utterance "
-                   "(default %(default)s)")
-    p.add_argument("--test-unseen-voice-speakers", type=int, default=d.test_unseen_voice_speakers,
-                   help="default %(default)s")
+    _add_numbers(p, _SPLITS)
     p.add_argument("--train-voices", default=",".join(d.train_voices),
                    help=f"comma-separated festival voices of train/valid (default: all but the unseen ones; "
                    f"known: {','.join(sorted(VOICES))})")
@@ -59,41 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "acoustic augmentation (default %(default)s)")
     p.add_argument("--no-augment", action="store_true",
                    help="no acoustic augmentation and speed perturbation of train/valid")
-    p.add_argument("--num-train-accented", type=int, default=d.num_train_accented,
-                   help="english corpus: training utterances added in the accented voices (the non-English "
-                   "--train-voices), clean, by speakers of their own (default %(default)s)")
-    p.add_argument("--train-accented-speakers", type=int, default=d.train_accented_speakers,
-                   help="speakers of those utterances (default %(default)s)")
+    _add_numbers(p, _ACCENTED)
     p.add_argument("--engines", default=",".join(d.engines),
                    help=f"comma-separated synthesisers of train/valid/training babble ({','.join(ENGINES)}) "
                    "(default %(default)s: the festival-only corpus, file for file)")
     p.add_argument("--hold-out-engines", default="",
                    help="engines left out of --engines (leave-one-engine-out: train without them; their "
                    "held-out voices speak test_espeak_ng / test_flite)")
-    p.add_argument("--num-test-espeak-ng", type=int, default=d.num_test_espeak_ng,
-                   help="utterances of test_espeak_ng, spoken by eSpeak NG's held-out variants "
-                   "(default %(default)s)")
-    p.add_argument("--num-test-flite", type=int, default=d.num_test_flite,
-                   help="utterances of test_flite, spoken by flite's held-out voice (default %(default)s)")
-    p.add_argument("--test-engine-speakers", type=int, default=d.test_engine_speakers,
-                   help="speakers of each engine test split (default %(default)s)")
-    p.add_argument(
-        "--babble-speakers",
-        type=int,
-        default=d.babble_speakers,
-        help="speakers per babble file (default %(default)s)",
-    )
-    p.add_argument(
-        "--babble-seconds", type=float, default=d.babble_seconds, help="length of each babble file (0: none)"
-    )
-    p.add_argument(
-        "--babble-overlap", type=int, default=d.babble_overlap, help="talkers summed in the babble"
-    )
-    p.add_argument("--seed", type=int, default=d.seed, help="random seed (default %(default)s)")
-    p.add_argument(
-        "--nuisance", type=float, default=d.nuisance, help="video nuisance strength (0: none, 1: default)"
-    )
-    p.add_argument("--target-jitter", type=float, default=d.target_jitter, help="articulation variation")
+    _add_numbers(p, _ENGINE_TESTS)
     p.add_argument("--nj", type=int, default=1, help="worker processes (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=50, help="utterances per festival process")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -113,34 +111,15 @@ def main(argv: list[str] | None = None) -> int | None:
     unknown = [e for e in held if e not in ENGINES]
     if unknown:
         raise UsageError(f"--hold-out-engines: unknown engine(s) {unknown}; known: {list(ENGINES)}")
-    engines = tuple(e for e in args.engines.split(",") if e and e not in held)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = SynthGridConfig(
-        num_train=args.num_train,
-        num_valid=args.num_valid,
-        num_test=args.num_test,
-        train_speakers=args.train_speakers,
-        valid_speakers=args.valid_speakers,
-        test_speakers=args.test_speakers,
-        num_test_unseen_voice=args.num_test_unseen_voice,
-        test_unseen_voice_speakers=args.test_unseen_voice_speakers,
+        **{field: getattr(args, field) for field, _, _ in (*_SPLITS, *_ACCENTED, *_ENGINE_TESTS)},
         train_voices=tuple(v for v in args.train_voices.split(",") if v),
         unseen_voices=tuple(v for v in args.unseen_voices.split(",") if v),
         speed_factors=(1.0,) if args.no_augment else SynthGridConfig.speed_factors,
         augment=None if args.no_augment else SynthGridConfig().augment,
         train_corpus=args.train_corpus,
-        num_train_accented=args.num_train_accented,
-        train_accented_speakers=args.train_accented_speakers,
-        babble_speakers=args.babble_speakers,
-        babble_seconds=args.babble_seconds,
-        babble_overlap=args.babble_overlap,
-        seed=args.seed,
-        nuisance=args.nuisance,
-        target_jitter=args.target_jitter,
-        engines=engines,
-        num_test_espeak_ng=args.num_test_espeak_ng,
-        num_test_flite=args.num_test_flite,
-        test_engine_speakers=args.test_engine_speakers,
+        engines=tuple(e for e in args.engines.split(",") if e and e not in held),
     )
     try:
         generate(args.out, config, nj=args.nj, batch_size=args.batch_size, progress=not args.no_progress)

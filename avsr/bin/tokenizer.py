@@ -7,6 +7,8 @@ The transcripts must be UTF-8 and none empty (:func:`avsr.data.datadir.read_kald
 utterance otherwise); an empty ``--text`` is refused, and every transcript is checked to encode without
 ``<unk>`` once the model is trained.
 
+See :func:`avsr.data.tokenizer.train_tokenizer`.
+
 Usage: ``python -m avsr.bin.tokenizer --text data/train/text --out data/token_list --vocab-size 64``
 """
 
@@ -18,11 +20,7 @@ import sys
 from pathlib import Path
 
 from avsr.bin.runner import tool
-from avsr.data.datadir import DataDirError, read_kaldi_map
-from avsr.data.tokenizer import Tokenizer, train_sentencepiece
-from avsr.fileio import write_text_atomic
-
-logger = logging.getLogger("avsr.tokenizer")
+from avsr.data.tokenizer import train_tokenizer
 
 
 @tool("avsr-tokenizer")
@@ -35,22 +33,7 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--model-type", default="unigram", choices=["unigram", "bpe", "char", "word"])
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    transcripts = read_kaldi_map(args.text)
-    if not transcripts:
-        raise DataDirError(f"{args.text}: no transcripts (<utt-id> <transcript> lines): nothing to train the "
-                           "tokenizer on")
-    texts = list(transcripts.values())
-    model = train_sentencepiece(texts, args.out / "bpe", args.vocab_size, args.model_type)
-    tok = Tokenizer(model)
-    tok.check_texts(transcripts, str(args.text))
-    write_text_atomic(args.out / "tokens.txt", "\n".join(tok.token_list) + "\n")
-    logger.info(
-        "%s: %d tokens; example %s -> %s",
-        model,
-        tok.vocab_size,
-        texts[0],
-        [tok.token_list[i] for i in tok.encode(texts[0])],
-    )
+    train_tokenizer(args.text, args.out, args.vocab_size, args.model_type)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from avsr.features import (
 )
 from avsr.modalities import check_modality
 
-__all__ = ["MfccExtractor", "LayerExtractor", "load_encoder"]
+__all__ = ["MfccExtractor", "LayerExtractor", "load_encoder", "layer_extractor"]
 
 logger = logging.getLogger("avsr.clustering.extract")
 
@@ -200,3 +200,17 @@ class LayerExtractor:
         feats = self.encode([item for _, item in batch])
         for (u, _), f in zip(batch, feats):
             yield u.utt_id, f.numpy()
+
+
+def layer_extractor(checkpoint: str | os.PathLike, layer: int, modality: str = "audiovisual",
+                    device: str | torch.device = "cpu", batch_frames: int = 1000) -> LayerExtractor:
+    """The :class:`LayerExtractor` of layer ``layer`` of a checkpoint's encoder (:func:`load_encoder`),
+    described as ``layer<L> of <checkpoint>`` (plus `` (<modality>)`` unless audiovisual) in the shards.
+
+    Raises:
+        as :func:`load_encoder` and :class:`LayerExtractor`.
+    """
+    description = f"layer{layer} of {checkpoint}"
+    if modality != "audiovisual":
+        description += f" ({modality})"
+    return LayerExtractor(load_encoder(checkpoint), layer, modality, device, batch_frames, description)

@@ -25,12 +25,13 @@ import numpy as np
 import torch
 
 from avsr.clustering.labels import write_label_meta, write_labels
-from avsr.clustering.shards import FeatureDumpError, FeatureShard, read_shard
+from avsr.clustering.shards import FeatureDumpError, FeatureShard, find_shards, read_shard
 from avsr.data.datadir import read_datadir
 from avsr.fileio import atomic_path, write_text_atomic
 
 __all__ = [
-    "KMeansConfig", "sample_features", "fit_kmeans", "load_kmeans", "apply_kmeans", "write_kmeans_labels",
+    "KMeansConfig", "sample_features", "fit_kmeans", "fit_kmeans_on_shards", "load_kmeans", "apply_kmeans",
+    "write_kmeans_labels",
 ]
 
 logger = logging.getLogger("avsr.clustering.kmeans")
@@ -148,6 +149,34 @@ def fit_kmeans(feats: np.ndarray, km_path: str | os.PathLike, config: KMeansConf
     logger.info("k-means K=%d on %d frames of dim %d: inertia per frame %.5f -> %s", config.n_clusters,
                 len(feats), feats.shape[1], inertia, km_path)
     return km
+
+
+def fit_kmeans_on_shards(feat_dir: str | os.PathLike, split: str, km_path: str | os.PathLike,
+                         config: KMeansConfig | None = None, percent: float = -1.0,
+                         max_frames: int | None = None, verbose: int = 0) -> Any:
+    """Fit k-means on a sample of the feature shards ``<feat_dir>/<split>_*_*`` (``avsr-kmeans fit``).
+
+    The frames are drawn by :func:`sample_features` (``percent`` of each shard's utterances, negative: all;
+    at most ``max_frames``; seeded by ``config.seed``) and the model saved by :func:`fit_kmeans`, its summary
+    naming the features, their rate (Hz) and where they came from.
+
+    Returns:
+        the fitted ``sklearn.cluster.MiniBatchKMeans``.
+
+    Raises:
+        FeatureDumpError: no shards, unreadable shards, or shards of different features.
+        ValueError: as :func:`fit_kmeans`.
+    """
+    config = config or KMeansConfig()
+    shards = [read_shard(p) for p in find_shards(feat_dir, split)]
+    described = {(s.info["features"], s.info["rate"]) for s in shards}
+    if len(described) != 1:
+        raise FeatureDumpError(f"{feat_dir}: shards of {split} hold different features {sorted(described)}")
+    features, rate = described.pop()
+    feats = sample_features(shards, percent, max_frames, config.seed)
+    info = {"features": features, "rate": rate, "feat_dir": str(feat_dir), "split": split, "percent": percent,
+            "max_frames": max_frames}
+    return fit_kmeans(feats, km_path, config, info, verbose=verbose)
 
 
 def load_kmeans(km_path: str | os.PathLike) -> tuple[np.ndarray, dict[str, Any]]:

@@ -18,6 +18,7 @@ time ``(i + 0.5) / r``. Frames outside every segment (after the last one, or in 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from avsr.clustering.labels import read_label_meta, read_labels
 from avsr.data.datadir import read_datadir
 
 __all__ = ["PhoneAlignmentError", "read_phn", "frame_phones", "cluster_quality", "label_quality",
-           "results_header", "results_row"]
+           "results_header", "results_row", "quality_report"]
 
 #: SynthGRID's (festival's) silence phone.
 SILENCE = "pau"
@@ -212,3 +213,22 @@ def results_row(result: dict[str, Any]) -> str:
     return (f"| {result['labels']} | {result['features']} | {result['num_classes']} | "
             f"{result['label_rate']} | {result['num_frames']} | {result['phone_purity']:.4f} | "
             f"{result['cluster_purity']:.4f} | {result['pnmi']:.4f} |")
+
+
+def quality_report(paths: list[Path]) -> str:
+    """A markdown section with one table row per :func:`label_quality` result JSON (in the given order): the
+    section the recipe adds to RESULTS.md (``avsr-cluster-quality --report``).
+
+    Raises:
+        FileNotFoundError: a JSON file is missing; ValueError: it is not a cluster quality result (named).
+    """
+    rows = []
+    for path in paths:
+        result = json.loads(path.read_text(encoding="utf-8"))
+        missing = [k for k in ("labels", "phone_purity", "cluster_purity", "pnmi") if k not in result]
+        if missing:
+            raise ValueError(f"{path}: not a cluster quality result (no {missing})")
+        rows.append(results_row(result))
+    return ("## Cluster quality\n\nPhone purity, cluster purity and PNMI of the pretraining targets against "
+            "the festival phone alignments (HuBERT, Hsu et al. 2021, Sec. IV-D), on the training set.\n\n"
+            + results_header() + "\n" + "\n".join(rows) + "\n")

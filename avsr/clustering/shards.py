@@ -32,7 +32,7 @@ from avsr.data.datadir import Utterance
 from avsr.fileio import atomic_path, tmp_path_for, write_text_atomic
 
 __all__ = ["FeatureDumpError", "FeatureExtractor", "FeatureShard", "shard_prefix", "shard_range",
-           "dump_shard", "read_shard", "find_shards"]
+           "dump_shard", "dump_data_dir", "read_shard", "find_shards"]
 
 logger = logging.getLogger("avsr.clustering.shards")
 
@@ -196,6 +196,25 @@ def dump_shard(
     write_text_atomic(_file(prefix, ".json"), json.dumps(info, indent=1) + "\n")
     logger.info("%s: %d utterances, %d frames of dim %d", prefix, len(order), total, dim)
     return prefix
+
+
+def dump_data_dir(data_dir: str | os.PathLike, extractor: FeatureExtractor, feat_dir: str | os.PathLike,
+                  split: str | None = None, nshard: int = 1, rank: int | None = None,
+                  overwrite: bool = False) -> int:
+    """Dump the features of a data dir (transcripts not needed): shard ``rank`` of ``nshard``, or every
+    shard one after the other when ``rank`` is None (:func:`dump_shard`; ``split`` defaults to the data dir's
+    name). Returns the number of utterances of the data dir.
+
+    Raises:
+        as :func:`avsr.data.datadir.read_datadir` and :func:`dump_shard`.
+    """
+    from avsr.data.datadir import read_datadir
+
+    utts = read_datadir(data_dir, require_text=False)
+    split = split or Path(data_dir).name
+    for r in range(nshard) if rank is None else [rank]:
+        dump_shard(utts, extractor, feat_dir, split, nshard, r, str(data_dir), overwrite)
+    return len(utts)
 
 
 def read_shard(prefix: str | os.PathLike) -> FeatureShard:

@@ -9,7 +9,8 @@ A data dir holds, sorted by utterance id:
 - ``utt2num_frames`` (optional): ``<utt-id> <number of 25 fps video frames>``
 
 :func:`read_datadir` checks that every file lists the same utterances and names the file and utterance of
-any problem; :func:`write_datadir` writes all files atomically.
+any problem; :func:`write_datadir` writes all files atomically; :func:`choose_subset` draws a subset spread
+over the speakers (``avsr-subset-data``).
 """
 
 from __future__ import annotations
@@ -176,3 +177,29 @@ def write_datadir(path: str | os.PathLike, utts: list[Utterance]) -> None:
         write_kaldi_map(path / "text", {u.utt_id: u.text or "" for u in utts})
     if all(u.num_frames is not None for u in utts):
         write_kaldi_map(path / "utt2num_frames", {u.utt_id: str(u.num_frames) for u in utts})
+
+
+def choose_subset(utts: list[Utterance], num: int, seed: int = 0) -> list[Utterance]:
+    """``num`` utterances of ``utts``, drawn at random but spread over the speakers.
+
+    One utterance per speaker is taken first (in a random speaker order, as long as ``num`` allows), the
+    rest uniformly from the remaining utterances; the result is sorted by utterance id.
+
+    Raises:
+        ValueError: ``num`` is not in ``1..len(utts)``.
+    """
+    import torch  # its generator makes the choice (the same on every machine); not needed by the rest
+
+    if not 1 <= num <= len(utts):
+        raise ValueError(f"subset size must lie in 1..{len(utts)}, got {num}")
+    g = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(utts), generator=g).tolist()
+    chosen: list[int] = []
+    seen: set[str] = set()
+    for i in order:  # first utterance of each speaker in the random order
+        if len(chosen) < num and utts[i].speaker not in seen:
+            seen.add(utts[i].speaker)
+            chosen.append(i)
+    taken = set(chosen)
+    chosen += [i for i in order if i not in taken][: num - len(chosen)]
+    return sorted((utts[i] for i in chosen), key=lambda u: u.utt_id)

@@ -2,16 +2,20 @@
 
 Token ids are ``[<blank>, <unk>, piece_1, ..., piece_n, <sos/eos>]``: 0 is the CTC blank, 1 the unknown
 piece, the last id is both start and end of sentence. The sentencepiece model is trained with ``<unk>`` at
-id 0 and no bos/eos/pad, so piece ``i`` of the model is token ``i + 1``.
+id 0 and no bos/eos/pad, so piece ``i`` of the model is token ``i + 1``. :func:`train_tokenizer` trains one
+on a data dir's transcripts and writes its token list (``avsr-tokenizer``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import sentencepiece as spm
+
+logger = logging.getLogger("avsr.tokenizer")
 
 BLANK = "<blank>"
 SOS_EOS = "<sos/eos>"
@@ -170,3 +174,37 @@ class Tokenizer:
         """Token ids -> transcript; blank and sos/eos ids are dropped."""
         pieces = [i - 1 for i in ids if 0 < i < self.sos_eos_id]
         return self.sp.decode(pieces)
+
+
+def train_tokenizer(text: str | os.PathLike, out: str | os.PathLike, vocab_size: int = 64,
+                    model_type: str = "unigram") -> Tokenizer:
+    """Train the sentencepiece tokenizer on the transcripts of a Kaldi text file and write the token list.
+
+    Writes ``<out>/bpe.model``, ``<out>/bpe.vocab`` (:func:`train_sentencepiece`) and ``<out>/tokens.txt``
+    (ESPnet token list: ``<blank>``, ``<unk>``, the pieces, ``<sos/eos>``, one per line, atomically), then
+    checks that every transcript encodes without ``<unk>``.
+
+    Raises:
+        DataDirError: a missing or malformed text file (line and utterance named), or one with no transcript.
+        TokenizerError: a transcript that does not encode without ``<unk>`` (named).
+    """
+    from avsr.data.datadir import DataDirError, read_kaldi_map
+    from avsr.fileio import write_text_atomic
+
+    transcripts = read_kaldi_map(text)
+    if not transcripts:
+        raise DataDirError(f"{text}: no transcripts (<utt-id> <transcript> lines): nothing to train the "
+                           "tokenizer on")
+    texts = list(transcripts.values())
+    model = train_sentencepiece(texts, Path(out) / "bpe", vocab_size, model_type)
+    tok = Tokenizer(model)
+    tok.check_texts(transcripts, str(text))
+    write_text_atomic(Path(out) / "tokens.txt", "\n".join(tok.token_list) + "\n")
+    logger.info(
+        "%s: %d tokens; example %s -> %s",
+        model,
+        tok.vocab_size,
+        texts[0],
+        [tok.token_list[i] for i in tok.encode(texts[0])],
+    )
+    return tok

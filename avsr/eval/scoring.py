@@ -46,6 +46,8 @@ from avsr.modalities import MODALITIES
 
 __all__ = [
     "MODALITIES",
+    "collect_systems",
+    "row_line",
     "ScoringError",
     "read_transcripts",
     "word_errors",
@@ -237,6 +239,35 @@ def collect_decode_dir(decode_dir: str | os.PathLike) -> list[dict[str, Any]]:
     if not rows:
         raise ScoringError(f"{decode_dir}: no <test_set>/<modality>/<condition>/ directory found")
     return sort_rows(rows)
+
+
+def collect_systems(specs: Iterable[str]) -> list[dict[str, Any]]:
+    """Score the decode dirs of several systems, ``NAME=DECODE_DIR`` each: the rows of
+    :func:`collect_decode_dir` with a ``"system"`` field (first), in the order given.
+
+    Raises:
+        ScoringError: a malformed spec (named), or as :func:`collect_decode_dir`.
+    """
+    rows = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ScoringError(f"--system must be NAME=DECODE_DIR, got {spec!r}")
+        rows += [{"system": name, **r} for r in collect_decode_dir(path)]
+    return rows
+
+
+def row_line(row: Mapping[str, Any]) -> str:
+    """One result row as a line of text: system, test set, modality, noise, SNR (dB), WER (%), the words and
+    utterances, and the failed utterances (counted as deleted) if any."""
+    snr = "" if row["snr_db"] is None else f"{row['snr_db']:g} dB"
+    return (
+        f"{row['system'] + '  ' if 'system' in row else ''}{row['test_set']:<12} {row['modality']:<12} "
+        f"{row['noise']:<8} {snr:>7}  "
+        f"WER {row['wer']:6.2f}%  "
+        f"({row['num_words']} words, {row['num_utts']} utts"
+        + (f", {row['num_failed']} FAILED: counted as deleted)" if row.get("num_failed") else ")")
+    )
 
 
 def _noise_key(row: Mapping[str, Any]) -> tuple:

@@ -1,0 +1,357 @@
+"""An experiment directory set up from a training configuration: what ``avsr-train`` does before the loop.
+
+:func:`setup_experiment` reads the training YAML (:func:`avsr.train.trainer.load_train_config`), applies the
+command line's overrides, builds the model -- an ``AVSRModel`` (ASR training, with a sentencepiece
+tokenizer) or an ``AVHubertPretrainModel`` (pretraining, when the YAML has ``pretrain_conf``, with cluster
+label sets) -- optionally starting its encoder from a checkpoint (:func:`init_encoder`), writes the
+experiment directory (``config.yaml``, ``bpe.model``; :func:`write_experiment`), reads the data dirs into
+datasets (:func:`build_datasets`) and returns the :class:`~avsr.train.trainer.Trainer`.
+
+Resume policy (:func:`keep_promise`): re-running into an experiment whose ``config.yaml`` differs from the
+new settings and that holds checkpoints is refused with the differing keys named, unless the change is
+allowed; then it is logged, appended to ``config_changes.log`` and the old configuration kept as
+``config.<N>.yaml``. The settings of :data:`FREE_ON_RESUME` (a longer schedule, the speed settings) may
+change without that (logged). Distributed training (torchrun, DDP) is the trainer's; this module picks the
+device only (:func:`training_device`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+
+from avsr.config import ConfigError, UsageError, parse_yaml
+from avsr.data.datadir import read_datadir
+from avsr.data.dataset import AVDataset, LabelSet
+from avsr.data.tokenizer import Tokenizer
+from avsr.fileio import remove_stale_tmp, write_text_atomic
+from avsr.nn.precision import flush_denormal
+from avsr.train.trainer import TrainConfig, Trainer, build_audio_augment, build_noise, load_train_config
+
+__all__ = ["ExperimentOptions", "ModelSetup", "FREE_ON_RESUME", "OVERRIDES", "setup_experiment",
+           "load_label_sets", "init_encoder", "build_model", "keep_promise", "write_experiment",
+           "build_datasets", "training_device"]
+
+logger = logging.getLogger("avsr.train")
+
+#: Settings a resumed run may change without ``allow_config_change``: a longer schedule, and the speed
+#: settings, which change no result beyond float rounding.
+FREE_ON_RESUME = frozenset({"max_epoch", "precision", "video_precision", "compile", "checkpoint_activations",
+                            "cache_limit_mb", "flush_denormal"})
+#: :class:`~avsr.train.trainer.TrainConfig` fields that :class:`ExperimentOptions` may override.
+OVERRIDES = ("max_epoch", "precision", "video_precision", "compile", "checkpoint_activations")
+
+
+@dataclass
+class ExperimentOptions:
+    """What to train, from where, into where (the options of ``avsr-train``).
+
+    Attributes:
+        config: training YAML (a path or a shipped configuration's name).
+        train_data, valid_data: Kaldi-style data dirs.
+        exp_dir: the experiment directory (created).
+        bpemodel: sentencepiece model (ASR training; None for pretraining).
+        labels: pretraining: cluster label file names found in both data dirs, one per label set.
+        init_encoder: checkpoint whose encoder starts the model's encoder (fine-tuning).
+        train_noise: noise wav for training-time augmentation.
+        ngpu: 0: CPU; >= 1: CUDA.
+        allow_config_change: resume with settings other than ``config.yaml`` (see :func:`keep_promise`).
+        max_epoch, precision, video_precision, compile, checkpoint_activations: overrides of the YAML's
+            settings (None: the YAML's).
+    """
+
+    config: Path
+    train_data: Path
+    valid_data: Path
+    exp_dir: Path
+    bpemodel: Path | None = None
+    labels: list[str] | None = None
+    init_encoder: Path | None = None
+    train_noise: str | None = None
+    ngpu: int = 0
+    allow_config_change: bool = False
+    max_epoch: int | None = None
+    precision: str | None = None
+    video_precision: str | None = None
+    compile: bool | None = None
+    checkpoint_activations: bool | None = None
+
+
+@dataclass
+class ModelSetup:
+    """A built model with what its training needs.
+
+    Attributes:
+        model: ``AVSRModel`` or ``AVHubertPretrainModel``.
+        model_config: the configuration it was built from (written into ``config.yaml`` and checkpoints).
+        tokenizer: the sentencepiece tokenizer (ASR training), None for pretraining.
+        train_labels, valid_labels: the cluster label sets of pretraining (None for ASR training).
+    """
+
+    model: torch.nn.Module
+    model_config: dict
+    tokenizer: Tokenizer | None = None
+    train_labels: list[LabelSet] | None = None
+    valid_labels: list[LabelSet] | None = None
+
+
+def setup_experiment(opts: ExperimentOptions) -> Trainer:
+    """Build the model, write the experiment directory and return its trainer (see the module docstring).
+
+    The trainer has not resumed yet: call ``trainer.resume()`` then ``trainer.run()``. ``flush_denormal``
+    (default true) is applied before the model is built, so that every intra-op thread treats subnormal
+    floats as zero (:func:`avsr.nn.precision.flush_denormal`); the torch seed is the config's ``seed``.
+
+    Raises:
+        ConfigError: a bad training YAML, a missing ``--bpemodel`` / ``--labels``, label sets of different
+            rates, an ``--init-encoder`` checkpoint that does not fit, an utterance longer than
+            ``batch_frames``.
+        UsageError: the experiment holds checkpoints trained with other settings (:func:`keep_promise`).
+        DataDirError, TokenizerError, FileNotFoundError: bad data dirs, a transcript with ``<unk>``, missing
+            files (named).
+        RuntimeError: ``ngpu > 0`` without CUDA.
+    """
+    cfg, model_part = load_train_config(opts.config)
+    for key in OVERRIDES:
+        if getattr(opts, key) is not None:
+            setattr(cfg, key, getattr(opts, key))
+    if cfg.flush_denormal:  # before any parallel op: the intra-op threads inherit the flag when created
+        flush_denormal(True)
+    torch.manual_seed(cfg.seed)
+    setup = build_model(opts, model_part)
+    write_experiment(opts.exp_dir, cfg, setup, opts.bpemodel, opts.allow_config_change)
+    train_set, valid_set = build_datasets(opts, cfg, setup)
+    device = training_device(opts.ngpu)
+    return Trainer(setup.model, setup.model_config, train_set, valid_set, cfg, opts.exp_dir, device=device)
+
+
+def load_label_sets(data_dir: Path, names: list[str]) -> list[LabelSet]:
+    """The cluster label files ``data_dir/<name>`` (``.km``, with ``<name>.json`` metadata) as label sets.
+
+    Raises:
+        FileNotFoundError: a label file or its metadata is missing (named).
+        ValueError: a malformed line (file and line named, by :func:`avsr.clustering.read_labels`).
+    """
+    from avsr.clustering import read_label_meta, read_labels
+
+    sets = []
+    for name in names:
+        path = data_dir / name
+        meta = read_label_meta(path)
+        rate, k = float(meta["label_rate"]), int(meta["num_classes"])
+        sets.append(LabelSet(str(path), read_labels(path), rate, k))
+    return sets
+
+
+def init_encoder(model: torch.nn.Module, path: Path) -> None:
+    """Copy the encoder weights of a checkpoint into ``model.encoder`` (fine-tuning a pretrained encoder).
+
+    Accepts avsr checkpoints (pretraining or ASR models, an encoder written by ``avsr-convert``) and official
+    fairseq AV-HuBERT checkpoints (``av_hubert`` pretraining, fine-tuned ones), read safely and mapped by
+    :func:`avsr.compat.read_checkpoint`.
+
+    Raises:
+        ConfigError: not a checkpoint with an AV-HuBERT encoder, or weights that do not fit this model's
+            encoder (missing/unexpected keys or shapes named; e.g. another ``encoder_embed_dim``).
+    """
+    from avsr.compat import CheckpointError, load_state_strict, read_checkpoint
+
+    try:
+        enc = read_checkpoint(path).encoder_state
+        load_state_strict(model.encoder, enc, str(path), "encoder of this model")
+    except (CheckpointError, FileNotFoundError) as e:  # the messages name the file
+        raise ConfigError(f"--init-encoder: {e}") from e
+    logger.info("encoder initialised from %s (%d tensors)", path, len(enc))
+
+
+def build_model(opts: ExperimentOptions, model_part: dict) -> ModelSetup:
+    """The model of a training YAML's model settings (``pretrain_conf`` present: pretraining).
+
+    Pretraining reads the label sets ``opts.labels`` of both data dirs and takes the label rate from them
+    (100 Hz MFCC clusters, 25 Hz layer clusters); ``decoder_conf`` / ``model_conf`` are then not used
+    (logged). ASR training reads the tokenizer ``opts.bpemodel`` (its vocabulary size goes into the model
+    configuration). With ``opts.init_encoder`` the encoder starts from that checkpoint's.
+
+    Raises:
+        ConfigError: no ``--labels`` for pretraining, label sets of different rates, no ``--bpemodel`` for
+            ASR training, an ``--init-encoder`` checkpoint that does not fit.
+        FileNotFoundError, TokenizerError, ValueError: missing or malformed tokenizer or label files.
+    """
+    if "pretrain_conf" in model_part:
+        setup = _pretrain_model(opts, model_part)
+    else:
+        from avsr.models.asr import AVSRModel
+
+        if opts.bpemodel is None:
+            raise ConfigError(f"{opts.config} is an ASR training config: --bpemodel is required")
+        tokenizer = Tokenizer(opts.bpemodel)
+        model_config = {"vocab_size": tokenizer.vocab_size, **model_part}
+        setup = ModelSetup(AVSRModel.from_config(model_config), model_config, tokenizer)
+    if opts.init_encoder is not None:
+        init_encoder(setup.model, opts.init_encoder)
+    n_params = sum(p.numel() for p in setup.model.parameters())
+    logger.info("model: %.2fM parameters", n_params / 1e6)
+    return setup
+
+
+def _pretrain_model(opts: ExperimentOptions, model_part: dict) -> ModelSetup:
+    """The ``AVHubertPretrainModel`` of :func:`build_model`, with its label sets."""
+    from avsr.models.pretrain import AVHubertPretrainModel
+
+    if not opts.labels:
+        raise ConfigError(f"{opts.config} has pretrain_conf (pretraining) but no --labels were given")
+    train_labels = load_label_sets(opts.train_data, opts.labels)
+    valid_labels = load_label_sets(opts.valid_data, opts.labels)
+    num_classes = [s.num_classes for s in train_labels]
+    rates = {s.label_rate for s in train_labels}
+    if len(rates) != 1:
+        raise ConfigError(f"--labels {opts.labels}: label sets differ in label rate {sorted(rates)}")
+    ignored = [k for k in ("decoder_conf", "model_conf") if k in model_part]
+    if ignored:
+        logger.info("pretraining: %s of %s not used", ignored, opts.config)
+    model_part = {k: v for k, v in model_part.items() if k not in ignored}
+    # the label rate is the labels' own (100 Hz MFCC clusters, 25 Hz layer clusters)
+    model_part["pretrain_conf"] = {**model_part["pretrain_conf"], "label_rate": rates.pop()}
+    model_config = {**model_part, "num_classes": num_classes}
+    model = AVHubertPretrainModel.from_config(model_config)
+    logger.info("pretraining: label sets %s, classes %s", opts.labels, num_classes)
+    return ModelSetup(model, model_config, None, train_labels, valid_labels)
+
+
+def _flatten(value: object, prefix: str = "") -> dict[str, object]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists and scalars are leaves)."""
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def keep_promise(exp_dir: Path, resolved: dict, allow_change: bool) -> None:
+    """Refuse to resume an experiment trained with other settings (see the module docstring).
+
+    Args:
+        exp_dir: the experiment directory (``config.yaml``, ``checkpoint.pt``, ``epoch<N>.pt``).
+        resolved: the new resolved configuration (as it would be written to ``config.yaml``).
+        allow_change: resume anyway: the old ``config.yaml`` is kept as ``config.<N>.yaml`` and the change
+            appended to ``config_changes.log``.
+
+    Raises:
+        UsageError: ``exp_dir`` holds checkpoints and a ``config.yaml`` that differs from ``resolved`` (the
+            differing keys named), and ``allow_change`` is False.
+    """
+    path = exp_dir / "config.yaml"
+    trained = (exp_dir / "checkpoint.pt").is_file() or any(exp_dir.glob("epoch*.pt"))
+    if not (path.is_file() and trained):
+        return
+    old = _flatten(parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {})
+    new = _flatten(yaml.safe_load(yaml.safe_dump(resolved)))  # as it would be written
+    differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    free = [k for k in differ if k in FREE_ON_RESUME]
+    if free:  # written to config.yaml by the caller, the change logged here
+        logger.info("resuming %s with %s", exp_dir,
+                    ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in free))
+        differ = [k for k in differ if k not in FREE_ON_RESUME]
+    if not differ:
+        return
+    changes = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in differ)
+    if not allow_change:
+        raise UsageError(f"{exp_dir} holds checkpoints trained with other settings ({changes}); train into "
+                         "another --exp-dir, or pass --allow-config-change to resume with the new settings")
+    n = 1
+    while (exp_dir / f"config.{n}.yaml").exists():
+        n += 1
+    shutil.copyfile(path, exp_dir / f"config.{n}.yaml")
+    with open(exp_dir / "config_changes.log", "a", encoding="utf-8") as log:
+        log.write(f"{datetime.datetime.now().isoformat(timespec='seconds')} resumed with {changes} "
+                  f"(previous config: config.{n}.yaml)\n")
+    logger.warning("resuming %s with changed settings: %s (previous config kept as config.%d.yaml)", exp_dir,
+                   changes, n)
+
+
+def write_experiment(exp_dir: Path, cfg: TrainConfig, setup: ModelSetup, bpemodel: Path | None,
+                     allow_change: bool) -> dict:
+    """Create ``exp_dir``, remove temporary files of interrupted writes, check the resume policy
+    (:func:`keep_promise`) and write ``bpe.model`` (a copy of ``bpemodel``, ASR training) and ``config.yaml``.
+
+    Returns:
+        The resolved configuration written to ``config.yaml`` (loop settings and model configuration).
+
+    Raises:
+        UsageError: as :func:`keep_promise`.
+        OSError: the directory or a file cannot be written.
+    """
+    exp_dir.mkdir(parents=True, exist_ok=True)
+    for path in remove_stale_tmp(exp_dir):
+        logger.info("removed %s, left by an interrupted write", path)
+    resolved = {**dataclasses.asdict(cfg), **setup.model_config}
+    resolved["betas"] = list(resolved["betas"])
+    keep_promise(exp_dir, resolved, allow_change)
+    if setup.tokenizer is not None:
+        shutil.copyfile(bpemodel, exp_dir / "bpe.model")
+    write_text_atomic(exp_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
+    return resolved
+
+
+def build_datasets(opts: ExperimentOptions, cfg: TrainConfig,
+                   setup: ModelSetup) -> tuple[AVDataset, AVDataset]:
+    """The training and validation datasets of the data dirs (transcripts needed unless pretraining).
+
+    ASR training checks that every training transcript encodes without ``<unk>`` (a validation transcript
+    that does not is logged: its loss counts ``<unk>``); the training set gets the noise
+    (``opts.train_noise``) and audio augmentation of ``cfg``.
+
+    Raises:
+        DataDirError: a bad data dir (file and utterance named).
+        TokenizerError: an empty transcript, or a training transcript the tokenizer cannot encode.
+        ConfigError: an utterance longer than ``cfg.batch_frames`` (named), a bad augmentation setting.
+    """
+    pretrain = setup.tokenizer is None
+    train_utts = read_datadir(opts.train_data, require_text=not pretrain)
+    valid_utts = read_datadir(opts.valid_data, require_text=not pretrain)
+    if setup.tokenizer is not None:  # every training target must be tokens the model can learn: no <unk>
+        setup.tokenizer.check_texts({u.utt_id: u.text for u in train_utts}, str(opts.train_data / "text"))
+        unknown = setup.tokenizer.check_texts({u.utt_id: u.text for u in valid_utts},
+                                              str(opts.valid_data / "text"), strict=False)
+        if unknown:  # validation text may hold characters the training text lacks: <unk> in its loss
+            logger.warning("%s", unknown)
+    train_set = AVDataset(
+        train_utts,
+        setup.tokenizer,
+        train=True,
+        noise=build_noise(opts.train_noise, cfg),
+        seed=cfg.seed,
+        label_sets=setup.train_labels or (),
+        audio_augment=build_audio_augment(cfg),
+        cache_limit_mb=cfg.cache_limit_mb,
+    )
+    valid_set = AVDataset(valid_utts, setup.tokenizer, train=False,
+                          label_sets=setup.valid_labels or (), cache_limit_mb=cfg.cache_limit_mb)
+    for name, dataset in (("--train-data", train_set), ("--valid-data", valid_set)):
+        longest = max(range(len(dataset)), key=dataset.num_frames, default=None)
+        if longest is not None and dataset.num_frames(longest) > cfg.batch_frames:
+            raise ConfigError(
+                f"{opts.config}: batch_frames is {cfg.batch_frames}, but utterance "
+                f"'{dataset.utts[longest].utt_id}' of {name} has {dataset.num_frames(longest)} frames; raise "
+                "batch_frames or leave the utterance out of the data dir")
+    return train_set, valid_set
+
+
+def training_device(ngpu: int) -> str:
+    """``"cuda"`` for ``ngpu > 0`` (several GPUs: one process each, through torchrun), else ``"cpu"``.
+
+    Raises:
+        RuntimeError: ``ngpu > 0`` but CUDA is not available.
+    """
+    device = "cuda" if ngpu > 0 else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--ngpu > 0 but CUDA is not available")
+    return device
