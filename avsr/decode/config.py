@@ -20,7 +20,8 @@ from typing import Any, ClassVar, Union
 
 from avsr.config import ConfigError, config_path, from_dict, load_yaml
 
-__all__ = ["DecodeConfig", "FairseqConfig", "SearchConfig", "SEARCHES", "search_config", "load_decode_config"]
+__all__ = ["DecodeConfig", "FairseqConfig", "SearchConfig", "SEARCHES", "default_view_weights",
+           "search_config", "load_decode_config"]
 
 #: values of ``DecodeConfig.pre_beam``.
 PRE_BEAMS = ("avsr", "espnet", "espnet_nonbatch")
@@ -235,6 +236,14 @@ SEARCHES: dict[str, type] = {"espnet": DecodeConfig, "fairseq": FairseqConfig}
 
 def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
+
+
+def default_view_weights(decode_defaults: Mapping[str, Any] | None) -> tuple[float, float]:
+    """``(video_weight, audio_weight)`` of a model's ``decode_defaults`` (its configuration's decoding
+    options, kept in checkpoints), 0 for a weight it does not set: what a configuration that leaves the
+    weights None decodes with (:meth:`DecodeConfig.view_weights`)."""
+    defaults = decode_defaults or {}
+    return float(defaults.get("video_weight") or 0.0), float(defaults.get("audio_weight") or 0.0)
 
 
 def search_config(mapping: Mapping[str, Any] | None, where: str = "decode options") -> SearchConfig:

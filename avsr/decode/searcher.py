@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from avsr.decode.beam_search import batch_beam_search
-from avsr.decode.config import SearchConfig
+from avsr.decode.config import SearchConfig, default_view_weights
 from avsr.decode.hypothesis import Hypothesis
 from avsr.decode.rescore import rescore_with_views, sequence_scores
 
@@ -51,9 +51,7 @@ class Searcher:
 
     def __init__(self, model: Any, config: SearchConfig) -> None:
         self.model, self.config = model, config
-        defaults = getattr(model, "decode_defaults", None) or {}
-        default = (float(defaults.get("video_weight") or 0.0), float(defaults.get("audio_weight") or 0.0))
-        self.view_weights = config.view_weights(default)
+        self.view_weights = config.view_weights(default_view_weights(getattr(model, "decode_defaults", None)))
         if max(self.view_weights) > 0 and getattr(model.encoder, "audio_gate", None) is None:
             i = 0 if self.view_weights[0] > 0 else 1
             name = ("video_weight", "audio_weight")[i]

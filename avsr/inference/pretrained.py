@@ -16,6 +16,7 @@ from typing import Any
 
 from avsr.compat import FairseqTokenizer, read_checkpoint, tokenizer_for
 from avsr.data.tokenizer import Tokenizer
+from avsr.decode.config import default_view_weights
 from avsr.inference.segments import EdgeRanges, stats_edges
 from avsr.inference.types import PathLike
 from avsr.models.asr import AVSRModel
@@ -101,6 +102,4 @@ def model_defaults(source: PathLike, average_nbest: int = 5
         stats, config = loaded.data_stats or {}, loaded.model_config
     else:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
-    defaults = (config or {}).get("decode_defaults") or {}
-    weights = (float(defaults.get("video_weight") or 0.0), float(defaults.get("audio_weight") or 0.0))
-    return stats_edges(stats), weights
+    return stats_edges(stats), default_view_weights((config or {}).get("decode_defaults"))

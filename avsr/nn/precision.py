@@ -61,31 +61,30 @@ def check_precision(precision: str, where: str = "precision") -> str:
 
 
 @functools.cache
+def _cpuinfo() -> dict[str, str]:
+    """The first CPU's fields of Linux's ``/proc/cpuinfo`` (``{}`` where there is none), read once."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if not sep:  # the blank line after the first processor
+                    break
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
 def _cpu_flags() -> frozenset[str]:
     """The CPU's feature flags as Linux reports them (``flags`` on x86, ``Features`` on Arm); else empty."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in ("flags", "Features"):
-                    return frozenset(value.split())
-    except OSError:
-        pass
-    return frozenset()
+    info = _cpuinfo()
+    return frozenset((info.get("flags") or info.get("Features") or "").split())
 
 
-@functools.cache
 def _cpu_model() -> str:
     """The CPU's model name (``lscpu``'s "Model name"), else :func:`platform.processor`."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    return value.strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine() or "unknown CPU"
 
 
 def native_bf16(device: str | torch.device = "cpu") -> tuple[bool, str]:
@@ -110,11 +109,19 @@ def native_bf16(device: str | torch.device = "cpu") -> tuple[bool, str]:
     Source: Intel 64 and IA-32 Architectures Software Developer's Manual (AVX512_BF16, AMX-BF16 CPUID flags);
     PyTorch ``torch.backends.cpu.get_cpu_capability`` and ``torch.cuda.is_bf16_supported``.
     """
-    device_type = _device_type(device)
+    device = torch.device(device)
+    return _native_bf16(device.type, device.index)
+
+
+@functools.cache
+def _native_bf16(device_type: str, index: int | None) -> tuple[bool, str]:
+    """:func:`native_bf16` of one device, worked out once per process: :func:`autocast_context` asks on every
+    forward pass, and neither the hardware nor torch's kernel capability changes while a process runs."""
+    device = torch.device(device_type, index) if index is not None else torch.device(device_type)
     if device_type == "cuda":
         if not torch.cuda.is_available():
             return False, "CUDA is not available"
-        name = torch.cuda.get_device_name(torch.device(device))
+        name = torch.cuda.get_device_name(device)
         try:
             native = torch.cuda.is_bf16_supported(including_emulation=False)
         except TypeError:  # torch < 2.4 has no including_emulation
@@ -146,7 +153,7 @@ def machine_summary(device: str | torch.device = "cpu") -> str:
         device: the device the figures come from.
     """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    native, reason = native_bf16("cpu")
+    native = native_bf16("cpu")[0]
     cpu = (f"CPU {_cpu_model()}, {cores} cores, torch {torch.backends.cpu.get_cpu_capability()} kernels, "
            f"native bf16: {'yes' if native else 'no'}")
     if _device_type(device) == "cuda" and torch.cuda.is_available():
