@@ -373,15 +373,6 @@ class AVSRModel(nn.Module):
             base = {"search": config.search, **to_dict(config)}
         return search_config({**base, **overrides}, "decode options")
 
-    def searcher(self, config: SearchConfig | None = None, **overrides: Any) -> Searcher:
-        """A :class:`avsr.decode.searcher.Searcher` of this model with :meth:`search_config`.
-
-        Raises:
-            avsr.config.ConfigError: as :meth:`search_config`; ValueError: a view weight > 0 without an
-                audio gate.
-        """
-        return Searcher(self, self.search_config(config, **overrides))
-
     def _targets(self, ys_pad: Tensor, ys_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Check targets; return ``ys (B, L)`` (padding -> ignore_id), ``ys_in (B, L+1)`` (sos + ys, padded
         with eos) and ``ys_out (B, L+1)`` (ys + eos, padded with ignore_id). On CPU an invalid target raises
