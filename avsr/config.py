@@ -1,8 +1,12 @@
 """YAML configuration files mapped onto typed dataclasses.
 
 Every configurable part of avsr is a dataclass whose field names are the hyper-parameter names of
-AV-HuBERT/fairseq (``encoder_embed_dim``, ``feature_grad_mult``, ...). A YAML file is read with
-:func:`load_yaml` and a mapping is turned into a dataclass with :func:`from_dict`, which
+AV-HuBERT/fairseq (``encoder_embed_dim``, ``feature_grad_mult``, ...), a subclass of :class:`Config`. The
+field definitions hold everything that is checked: the type annotation and, through :func:`option` (or
+:func:`probability`), the range or the accepted values (``lr: float = option(1e-3, gt=0)``); a class adds
+rules between its fields in :meth:`Config.check`. The checks run at every construction, from Python or from
+YAML. A YAML file is read with :func:`load_yaml` and a mapping is turned into a dataclass with
+:func:`from_dict`, which
 
 * refuses unknown (misspelt) keys, naming the key, the dataclass and the file it came from;
 * checks every value against the field's declared type: ``int`` (an integral float such as ``1e4`` is taken
@@ -10,8 +14,12 @@ AV-HuBERT/fairseq (``encoder_embed_dim``, ``feature_grad_mult``, ...). A YAML fi
   ``list[X]`` / ``tuple[X, ...]``, ``X | None`` and nested dataclasses; a string where a number or a
   boolean is declared, or a list where a scalar is, is a :class:`ConfigError` naming the key, the value, the
   expected type and the file;
-* checks the ranges of the fields named in :data:`FIELD_RANGES` (probabilities in [0, 1], positive sizes
-  and learning rates, non-empty SNR lists).
+* checks the field's rule (probabilities in [0, 1], positive sizes and learning rates, non-empty SNR
+  lists, one of a set of names).
+
+The configuration of a whole model -- encoder, decoder, loss and decoding defaults -- is one tree,
+:class:`avsr.models.config.ModelConfig`, and a training YAML is that tree with the training loop's
+settings, :class:`avsr.train.config.ExperimentConfig`.
 
 YAML is read with the YAML 1.2 core schema's scalars: ``3e-3`` and ``1e4`` are floats (PyYAML's YAML 1.1
 rules read them as strings), and only ``true``/``false`` are booleans (``yes``/``no``/``on``/``off`` stay
@@ -30,6 +38,7 @@ import dataclasses
 import difflib
 import functools
 import importlib.resources
+import math
 import numbers
 import os
 import re
@@ -144,12 +153,15 @@ def check_keys(mapping: Mapping[str, Any], allowed: set[str] | list[str], where:
 def from_dict(cls: type[T], mapping: Mapping[str, Any] | None, where: str = "<dict>") -> T:
     """Build the dataclass ``cls`` from ``mapping``, refusing unknown keys and values of the wrong type.
 
-    Nested dataclass fields are built recursively from nested mappings. Values are converted where the
-    module docstring says (integral floats to ``int``, integers to ``float``, lists to tuples for tuple
-    fields).
+    The checks are the field definitions' own (:class:`Config`): each value is checked against the field's
+    declared type and its :func:`option` rule, nested dataclass fields are built recursively from nested
+    mappings, and values are converted where the module docstring says (integral floats to ``int``, integers
+    to ``float``, lists to tuples for tuple fields); then the class's rules between fields
+    (:meth:`Config.check`) run.
 
     Args:
-        cls: a dataclass type.
+        cls: a dataclass type (a :class:`Config` subclass for the checks; another dataclass is checked by
+            :func:`check_fields` after it is built).
         mapping: field values; missing fields take their defaults.
         where: the origin of ``mapping`` (a file name, a key path) used in error messages.
 
@@ -161,18 +173,136 @@ def from_dict(cls: type[T], mapping: Mapping[str, Any] | None, where: str = "<di
         raise ConfigError(f"{where}: expected a mapping of {cls.__name__} options, got "
                           f"{type(mapping).__name__} {mapping!r}")
     mapping = dict(mapping or {})
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    check_keys(mapping, set(fields), where)
-    hints = _type_hints(cls)
-    kwargs = {key: check_value(value, hints.get(key, Any), key, where) for key, value in mapping.items()}
+    check_keys(mapping, {f.name for f in dataclasses.fields(cls)}, where)
     try:
-        return cls(**kwargs)
-    except ConfigError as e:
-        if str(e).startswith(where):
-            raise
+        obj = cls(**mapping)
+        if not isinstance(obj, Config):
+            check_fields(obj)
+        return obj
+    except (TypeError, ValueError) as e:  # ConfigError is a ValueError
         raise ConfigError(f"{where}: {e}") from e
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{where}: {e}") from e
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """The values a configuration field accepts beyond its type (see :func:`option`).
+
+    Attributes:
+        ge, gt, le, lt: bounds of a number (of each number of a list).
+        choices: the accepted values (strings of a fixed set).
+        non_empty: a list must not be empty.
+        finite: a number must be finite (no ``.inf``/``.nan``).
+    """
+
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    choices: tuple | None = None
+    non_empty: bool = False
+    finite: bool = False
+
+    def describe(self) -> str:
+        """What the rule expects, as the error messages say it (``a probability in [0, 1]``)."""
+        if self.choices is not None:
+            return f"one of {list(self.choices)}"
+        if self.non_empty:
+            return "a non-empty list"
+        low = high = None
+        if self.ge is not None or self.gt is not None:
+            low = f"[{_num(self.ge)}" if self.ge is not None else f"({_num(self.gt)}"
+        if self.le is not None or self.lt is not None:
+            high = f"{_num(self.le)}]" if self.le is not None else f"{_num(self.lt)})"
+        finite = "a finite number" if self.finite else "a number"
+        if low == "[0" and high == "1]":
+            return "a probability in [0, 1]"
+        if low and high:
+            return f"{finite} in {low}, {high}"
+        if low:
+            return f"{finite} {'>=' if low[0] == '[' else '>'} {low[1:]}"
+        if high:
+            return f"{finite} {'<=' if high[-1] == ']' else '<'} {high[:-1]}"
+        return finite
+
+    def allows(self, value: Any) -> bool:
+        """Whether ``value`` (already of the field's type) keeps the rule; a list is checked element by
+        element, except for ``non_empty``."""
+        if self.choices is not None and not isinstance(value, (list, tuple)):
+            return value in self.choices
+        if isinstance(value, (list, tuple)):
+            if self.non_empty and not value:
+                return False
+            return all(self.allows(v) for v in value)
+        if not isinstance(value, numbers.Real) or isinstance(value, bool):
+            return True
+        return not ((self.ge is not None and not value >= self.ge)
+                    or (self.gt is not None and not value > self.gt)
+                    or (self.le is not None and not value <= self.le)
+                    or (self.lt is not None and not value < self.lt)
+                    or (self.finite and not math.isfinite(value)))
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
+def option(default: Any = dataclasses.MISSING, *, factory: Callable[[], Any] | None = None,
+           ge: float | None = None, gt: float | None = None, le: float | None = None, lt: float | None = None,
+           choices: Sequence | None = None, non_empty: bool = False, finite: bool = False) -> Any:
+    """A configuration field with its rule: ``lr: float = option(1e-3, gt=0)``.
+
+    Args:
+        default: the default value (or ``factory``: a function that makes it, for lists).
+        ge, gt, le, lt: bounds of a number (each number of a list).
+        choices: the accepted values.
+        non_empty: a list that must not be empty.
+        finite: no ``.inf``/``.nan``.
+
+    Returns:
+        a :func:`dataclasses.field` whose metadata holds the :class:`Rule` (``metadata["rule"]``), checked by
+        :class:`Config` (every construction) and so by :func:`from_dict` (every YAML file).
+    """
+    rule = Rule(ge, gt, le, lt, tuple(choices) if choices is not None else None, non_empty, finite)
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={"rule": rule})
+    return dataclasses.field(default=default, metadata={"rule": rule})
+
+
+def probability(default: float | None) -> Any:
+    """A field holding a probability in [0, 1] (``dropout: float = probability(0.1)``), see :func:`option`."""
+    return option(default, ge=0.0, le=1.0)
+
+
+class Config:
+    """Base of avsr's configuration dataclasses: the field definitions hold the types and ranges.
+
+    Every construction -- from Python (``TrainConfig(lr=...)``) or from YAML (:func:`from_dict`) -- checks
+    each field against its annotation and its :func:`option` rule (:func:`check_fields`: values converted
+    as the module docstring says, nested dataclasses built from mappings), then the rules between fields
+    (:meth:`check`). Errors are :class:`ConfigError` naming the key; :func:`from_dict` adds the file.
+    """
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        self.check()
+
+    def check(self) -> None:
+        """Rules between fields (a subclass's); raise :class:`ConfigError` naming the keys."""
+
+
+def check_fields(obj: Any) -> None:
+    """Check (and convert in place) every field of the dataclass instance ``obj`` against its annotation and
+    :class:`Rule`.
+
+    Raises:
+        ConfigError: ``<key>: expected <type or range>, got <value>``.
+    """
+    hints = _type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        checked = check_value(value, hints.get(f.name, Any), f.name, f.metadata.get("rule"))
+        if checked is not value:
+            object.__setattr__(obj, f.name, checked)
 
 
 def _type_hints(cls: type) -> dict[str, Any]:
@@ -187,35 +317,26 @@ def _type_name(tp: Any) -> str:
     return names.get(tp, str(tp).replace("typing.", ""))
 
 
-def check_value(value: Any, tp: Any, key: str, where: str) -> Any:
-    """``value`` checked against the type annotation ``tp`` and, by ``key``, :data:`FIELD_RANGES`.
+def check_value(value: Any, tp: Any, key: str, rule: Rule | None = None) -> Any:
+    """``value`` checked against the type annotation ``tp`` and the field's ``rule``.
 
     Returns:
         the value, converted as the module docstring says.
 
     Raises:
-        ConfigError: naming ``key``, the value, the expected type or range and ``where``.
+        ConfigError: naming ``key``, the value and the expected type or range.
     """
-    value = _check_type(value, tp, key, where)
-    rule = FIELD_RANGES.get(key)
-    if rule is None or value is None:
-        return value
-    ok, expected = rule
-    if expected == NON_EMPTY:
-        good = ok(value)
-    else:
-        values = value if isinstance(value, (list, tuple)) else [value]
-        good = all(not isinstance(v, numbers.Real) or ok(v) for v in values)
-    if not good:
-        raise ConfigError(f"{where}: {key}: expected {expected}, got {value!r}")
+    value = _check_type(value, tp, key)
+    if rule is not None and value is not None and not rule.allows(value):
+        raise ConfigError(f"{key}: expected {rule.describe()}, got {value!r}")
     return value
 
 
-def _bad(value: Any, tp: Any, key: str, where: str) -> ConfigError:
-    return ConfigError(f"{where}: {key}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+def _bad(value: Any, tp: Any, key: str) -> ConfigError:
+    return ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
 
 
-def _check_type(value: Any, tp: Any, key: str, where: str) -> Any:
+def _check_type(value: Any, tp: Any, key: str) -> Any:
     """``value`` as the annotation ``tp`` declares it (see the module docstring), or ConfigError."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any or tp is object:
@@ -223,72 +344,47 @@ def _check_type(value: Any, tp: Any, key: str, where: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
-        for alt in (a for a in args if a is not type(None)):
+        alts = [a for a in args if a is not type(None)]
+        if len(alts) == 1:  # X | None: X's own message (a nested section's key, a list's element)
+            return _check_type(value, alts[0], key)
+        for alt in alts:
             try:
-                return _check_type(value, alt, key, where)
+                return _check_type(value, alt, key)
             except ConfigError:
                 pass
-        raise _bad(value, tp, key, where)
+        raise _bad(value, tp, key)
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         if isinstance(value, Mapping):
-            return from_dict(tp, value, f"{where}: {key}")
-        raise _bad(value, tp, key, where)
+            return from_dict(tp, value, key)
+        raise _bad(value, tp, key)
     is_number = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if tp is bool and isinstance(value, bool):
         return value
     if tp is int and is_number and float(value).is_integer():
-        return int(value)
+        return value if type(value) is int else int(value)
     if tp is float and is_number:
-        return float(value)
+        return value if type(value) is float else float(value)
     if tp is str and isinstance(value, str):
         return value
     if tp in (bool, int, float, str):
-        raise _bad(value, tp, key, where)
+        raise _bad(value, tp, key)
     if origin in (list, tuple, Sequence) or tp in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise _bad(value, tp, key, where)
+            raise _bad(value, tp, key)
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(value) != len(args):
-                raise ConfigError(f"{where}: {key}: expected {len(args)} values ({_type_name(tp)}), got "
-                                  f"{value!r}")
-            return tuple(_check_type(v, a, key, where) for v, a in zip(value, args))
-        items = [_check_type(v, args[0] if args else Any, key, where) for v in value]
-        return tuple(items) if tuple in (origin, tp) else items
+                raise ConfigError(f"{key}: expected {len(args)} values ({_type_name(tp)}), got {value!r}")
+            return tuple(_check_type(v, a, key) for v, a in zip(value, args))
+        items = [_check_type(v, args[0] if args else Any, key) for v in value]
+        items = tuple(items) if tuple in (origin, tp) else items
+        return value if type(value) is type(items) and all(a is b for a, b in zip(items, value)) else items
     if origin in (dict, Mapping) or tp in (dict, Mapping):
         if not isinstance(value, Mapping):
-            raise _bad(value, tp, key, where)
+            raise _bad(value, tp, key)
         return value
     return value  # other annotations (objects passed from Python, e.g. a NoiseSource) are not checked here
-
-
-def _unit(v: float) -> bool:
-    return 0.0 <= v <= 1.0
-
-
-#: the expectation of list fields that must not be empty (:data:`FIELD_RANGES`).
-NON_EMPTY = "a non-empty list"
-
-#: value ranges by field name, for every config class: ``key -> (predicate, what is expected)``; a list
-#: value is checked element by element (except for :data:`NON_EMPTY` rules, which see the whole list).
-FIELD_RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    **{name: (_unit, "a probability in [0, 1]") for name in (
-        "dropout", "dropout_input", "dropout_features", "attention_dropout", "activation_dropout",
-        "encoder_layerdrop", "decoder_layerdrop", "modality_dropout", "audio_dropout", "noise_prob",
-        "noise_prob_audio_only", "av_mismatch_prob", "mask_prob_audio", "mask_prob_image", "ctc_weight",
-        "final_lr_scale", "label_memory_momentum", "edge_silence_prob",
-        "narrowband_prob")},
-    **{name: (lambda v: v > 0, "a number > 0") for name in (
-        "lr", "max_epoch", "batch_frames", "max_batch_size", "accum_grad", "beam_size", "logit_temp",
-        "label_rate", "sample_rate", "pre_beam_ratio", "log_interval", "speed_perturb", "mask_length_audio",
-        "mask_length_image")},
-    **{name: (lambda v: v >= 0, "a number >= 0") for name in (
-        "weight_decay", "warmup_steps", "grad_clip", "num_workers", "keep_nbest", "freeze_finetune_updates",
-        "valid_interval", "num_freq_mask", "freq_mask_width", "num_time_mask", "time_mask_width",
-        "minlenratio", "feature_grad_mult")},
-    "noise_snr_db": (lambda v: len(v) > 0, NON_EMPTY),
-}
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

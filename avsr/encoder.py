@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
@@ -31,7 +31,16 @@ from torch import nn
 
 from avsr.autograd import grad_multiply
 from avsr.compat.fairseq_avhubert import LoadedCheckpoint, load_state_strict, read_checkpoint
-from avsr.config import ConfigError, check_keys, config_path, from_dict, load_yaml
+from avsr.config import (
+    Config,
+    ConfigError,
+    check_keys,
+    config_path,
+    from_dict,
+    load_yaml,
+    option,
+    probability,
+)
 from avsr.nn.modality import draw_modalities
 from avsr.nn.precision import check_precision
 from avsr.nn.resnet import RESNET_RELU_TYPES, VideoFrontEnd
@@ -89,7 +98,7 @@ class AudioGate(nn.Module):
 
 
 @dataclass
-class AVHubertEncoderConfig:
+class AVHubertEncoderConfig(Config):
     """Hyper-parameters of :class:`AVHubertEncoder`; names and defaults are AV-HuBERT BASE's.
 
     Defaults are the published BASE pretraining configuration (``avhubert/conf/pretrain/base_*_iter5.yaml``
@@ -130,64 +139,35 @@ class AVHubertEncoderConfig:
             is ResNet-18 as the original.
     """
 
-    encoder_layers: int = 12
-    encoder_embed_dim: int = 768
-    encoder_ffn_embed_dim: int = 3072
-    encoder_attention_heads: int = 12
+    encoder_layers: int = option(12, ge=1)
+    encoder_embed_dim: int = option(768, ge=1)
+    encoder_ffn_embed_dim: int = option(3072, ge=1)
+    encoder_attention_heads: int = option(12, ge=1)
     layer_norm_first: bool = True
-    activation_fn: str = "gelu"
-    feature_grad_mult: float = 0.1
-    dropout: float = 0.1
-    dropout_input: float = 0.1
-    dropout_features: float = 0.1
-    attention_dropout: float = 0.1
-    activation_dropout: float = 0.0
-    encoder_layerdrop: float = 0.05
-    conv_pos: int = 128
-    conv_pos_groups: int = 16
-    modality_fuse: str = "concat"
-    modality_dropout: float = 0.5
-    audio_dropout: float = 0.5
+    activation_fn: str = option("gelu", choices=sorted(ACTIVATIONS))
+    feature_grad_mult: float = option(0.1, ge=0.0)
+    dropout: float = probability(0.1)
+    dropout_input: float = probability(0.1)
+    dropout_features: float = probability(0.1)
+    attention_dropout: float = probability(0.1)
+    activation_dropout: float = probability(0.0)
+    encoder_layerdrop: float = probability(0.05)
+    conv_pos: int = option(128, ge=1)
+    conv_pos_groups: int = option(16, ge=1)
+    modality_fuse: str = option("concat", choices=MODALITY_FUSIONS)
+    modality_dropout: float = probability(0.5)
+    audio_dropout: float = probability(0.5)
     audio_gate: bool = False
-    audio_gate_hidden: int = 0
+    audio_gate_hidden: int = option(0, ge=0)
     audio_cmn: bool = False
-    audio_feat_dim: int = 104
-    resnet_relu_type: str = "prelu"
-    resnet_widths: list[int] = field(default_factory=lambda: [64, 128, 256, 512])
+    audio_feat_dim: int = option(104, ge=1)
+    resnet_relu_type: str = option("prelu", choices=RESNET_RELU_TYPES)
+    resnet_widths: list[int] = option(factory=lambda: [64, 128, 256, 512], ge=1)
 
-    def __post_init__(self) -> None:
-        """Check values. Raises :class:`avsr.config.ConfigError` naming the offending key."""
-        for name in ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim",
-                     "encoder_attention_heads", "conv_pos", "conv_pos_groups", "audio_feat_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("dropout", "dropout_input", "dropout_features", "attention_dropout",
-                     "activation_dropout", "encoder_layerdrop", "modality_dropout", "audio_dropout"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise ConfigError(f"{name} must be a probability in [0, 1], got {value!r}")
-        if isinstance(self.audio_gate_hidden, bool) or not isinstance(self.audio_gate_hidden, int) \
-                or self.audio_gate_hidden < 0:
-            raise ConfigError(f"audio_gate_hidden must be an integer >= 0, got {self.audio_gate_hidden!r}")
-        if not isinstance(self.feature_grad_mult, (int, float)) or self.feature_grad_mult < 0:
-            raise ConfigError(f"feature_grad_mult must be a number >= 0, got {self.feature_grad_mult!r}")
-        if self.modality_fuse not in MODALITY_FUSIONS:
-            raise ConfigError(f"modality_fuse must be one of {MODALITY_FUSIONS}, got {self.modality_fuse!r}")
-        if self.resnet_relu_type not in RESNET_RELU_TYPES:
-            raise ConfigError(
-                f"resnet_relu_type must be one of {RESNET_RELU_TYPES}, got {self.resnet_relu_type!r}"
-            )
-        if self.activation_fn not in ACTIVATIONS:
-            raise ConfigError(
-                f"activation_fn must be one of {sorted(ACTIVATIONS)}, got {self.activation_fn!r}"
-            )
-        widths = list(self.resnet_widths)
-        if len(widths) != 4 or any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in widths):
-            raise ConfigError(
-                f"resnet_widths must be a list of 4 positive integers, got {self.resnet_widths!r}"
-            )
-        self.resnet_widths = widths
+    def check(self) -> None:
+        """The rules between fields. Raises :class:`avsr.config.ConfigError` naming the keys."""
+        if len(self.resnet_widths) != 4:
+            raise ConfigError(f"resnet_widths: expected 4 stage widths, got {self.resnet_widths!r}")
         if self.encoder_embed_dim % self.encoder_attention_heads:
             raise ConfigError(f"encoder_attention_heads ({self.encoder_attention_heads}) must divide "
                               f"encoder_embed_dim ({self.encoder_embed_dim})")
@@ -395,7 +375,7 @@ class AVHubertEncoder(nn.Module):
         """Precision of the video front-end's ResNet (``ResEncoder.precision``, :mod:`avsr.nn.resnet`):
         None (default) = the caller's; ``"bf16"`` / ``"fp32"`` = that precision whatever the caller's,
         output in the input's dtype. Training sets it from ``video_precision``
-        (:class:`avsr.train.trainer.TrainConfig`).
+        (:class:`avsr.train.config.TrainConfig`).
 
         Raises:
             ValueError: a value other than None or one of :data:`avsr.nn.precision.PRECISIONS`.

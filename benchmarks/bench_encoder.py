@@ -172,8 +172,9 @@ class Bench:
             encoder_conf.update(NO_DROPOUT)
         torch.manual_seed(0)
         if measure == "train_step":
-            self.model = AVSRModel(args.vocab, encoder_conf, conf.get("decoder_conf"),
-                                   **(conf.get("model_conf") or {})).to(device)
+            self.model = AVSRModel({"vocab_size": args.vocab, "encoder_conf": encoder_conf,
+                                    "decoder_conf": conf.get("decoder_conf"),
+                                    "model_conf": conf.get("model_conf")}).to(device)
             self.encoder = self.model.encoder
         else:
             self.encoder = self.model = AVHubertEncoder(**encoder_conf).to(device)

@@ -299,12 +299,13 @@ def tiny_recipe_configs(out: Path, max_epoch: int = 1) -> tuple[Path, Path]:
     written as ``out/train.yaml`` and ``out/decode.yaml`` (also the end-to-end tests' configurations)."""
     import yaml
 
-    from avsr.train.trainer import load_train_config
+    from avsr.train.config import load_experiment_config
 
     path = REPO / "conf/train/avsr_synthgrid_cpu.yaml"
     train = yaml.safe_load(path.read_text())
     del train["model_config"]
-    train.update(load_train_config(path)[1])  # the model YAML's sections under the training config's keys
+    model = load_experiment_config(path).model.to_dict()
+    train.update({k: v for k, v in model.items() if k != "decode_defaults"})  # the model YAML's sections
     train.update(max_epoch=max_epoch, batch_frames=800, warmup_steps=5, keep_nbest=min(2, max_epoch))
     train["encoder_conf"].update(encoder_layers=1, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
                                  encoder_attention_heads=2, conv_pos=8, conv_pos_groups=4,

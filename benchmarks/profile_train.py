@@ -22,6 +22,7 @@ CPU time is the figure that other jobs on the machine disturb least.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -40,7 +41,8 @@ from avsr.data.dataset import AVDataset  # noqa: E402
 from avsr.data.tokenizer import Tokenizer  # noqa: E402
 from avsr.models.asr import AVSRModel  # noqa: E402
 from avsr.nn.precision import flush_denormal, machine_summary  # noqa: E402
-from avsr.train.trainer import Trainer, build_audio_augment, build_noise, load_train_config  # noqa: E402
+from avsr.train.config import load_experiment_config  # noqa: E402
+from avsr.train.trainer import Trainer, build_audio_augment, build_noise  # noqa: E402
 
 PHASES = ("data", "forward", "backward", "optimizer")
 
@@ -67,18 +69,19 @@ def main(argv: list[str] | None = None) -> None:
     print(machine_summary(getattr(args, "device", "cpu")), flush=True)  # where the figures come from
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg, model_part = load_train_config(args.config)
+    experiment = load_experiment_config(args.config)
+    cfg = experiment.train
     for item in args.set:
         key, value = item.split("=", 1)
         if not hasattr(cfg, key):
             raise SystemExit(f"--set: the training config has no key {key!r}")
-        setattr(cfg, key, yaml.safe_load(value))
+        cfg = dataclasses.replace(cfg, **{key: yaml.safe_load(value)})
     if cfg.flush_denormal:  # as avsr-train: before the first parallel op, so that every thread has it
         flush_denormal(True)
     torch.manual_seed(cfg.seed)
     tokenizer = Tokenizer(args.bpemodel)
-    config = {"vocab_size": tokenizer.vocab_size, **model_part}
-    model = AVSRModel.from_config(config)
+    model = AVSRModel.from_config(dataclasses.replace(experiment.model, vocab_size=tokenizer.vocab_size))
+    config = model.config.to_dict()
     train_set = AVDataset(read_datadir(args.train_data), tokenizer, train=True,
                           noise=build_noise(args.train_noise, cfg), seed=cfg.seed,
                           audio_augment=build_audio_augment(cfg))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import configparser
+import dataclasses
 import importlib
 import importlib.metadata
 import importlib.resources
@@ -240,7 +241,7 @@ def check_configs() -> None:
     from avsr.encoder import AVHubertEncoder
     from avsr.models.asr import AVSRModel
     from avsr.models.pretrain import AVHubertPretrainModel
-    from avsr.train.trainer import load_train_config
+    from avsr.train.config import load_experiment_config
 
     purelib = Path(sysconfig.get_paths()["purelib"])
     counts = {}
@@ -260,13 +261,11 @@ def check_configs() -> None:
                     else:
                         AVHubertEncoder.from_yaml(name)
                 else:
-                    _, part = load_train_config(name)
-                    if "pretrain_conf" in part:
-                        AVHubertPretrainModel.from_config(
-                            {"num_classes": 10, **{k: v for k, v in part.items() if k in
-                                                   ("encoder_conf", "pretrain_conf")}}, name)
+                    model = load_experiment_config(name).model
+                    if model.pretraining:
+                        AVHubertPretrainModel.from_config(dataclasses.replace(model, num_classes=[10]), name)
                     else:
-                        AVSRModel.from_config({"vocab_size": 10, **part}, name)
+                        AVSRModel.from_config(dataclasses.replace(model, vocab_size=10), name)
     assert DecodeConfig.from_yaml("avhubert_s2s").search == "fairseq"
     log("    " + ", ".join(f"{k}: {n}" for k, n in counts.items()))
 

@@ -18,6 +18,7 @@ from avsr.decode import (
     load_decode_config,
 )
 from avsr.models import AVSRModel, label_smoothing_loss
+from avsr.models.config import ModelConfig
 from avsr.nn.decoder import TransformerDecoder
 
 BLANK = 0
@@ -322,6 +323,12 @@ TINY_DECODER = dict(
 )
 
 
+def _config(vocab_size: int, **model_conf) -> ModelConfig:
+    """The tiny model's configuration tree with ``model_conf`` options."""
+    return ModelConfig(vocab_size=vocab_size, encoder_conf=TINY_ENCODER, decoder_conf=TINY_DECODER,
+                       model_conf=model_conf)
+
+
 def test_label_smoothing_loss_matches_kl_definition():
     torch.manual_seed(0)
     logits = torch.randn(2, 3, 5)
@@ -356,7 +363,7 @@ def test_model_config_errors_name_the_key():
 @pytest.mark.parametrize("ctc_weight", [0.0, 0.3, 1.0])
 def test_model_loss_stats_and_parts(ctc_weight):
     torch.manual_seed(0)
-    model = AVSRModel(8, TINY_ENCODER, TINY_DECODER, ctc_weight=ctc_weight)
+    model = AVSRModel(_config(8, ctc_weight=ctc_weight))
     assert (model.ctc_lo is None) == (ctc_weight == 0) and (model.decoder is None) == (ctc_weight == 1)
     audio = torch.randn(2, 104, 6)
     ys = torch.tensor([[1, 2, 3], [4, 5, -1]])
@@ -379,7 +386,7 @@ def test_model_loss_stats_and_parts(ctc_weight):
 def test_tiny_model_overfits_two_utterances_and_decodes_them():
     torch.manual_seed(0)
     v = 10
-    model = AVSRModel(v, TINY_ENCODER, TINY_DECODER, ctc_weight=0.3, lsm_weight=0.0)
+    model = AVSRModel(_config(v, ctc_weight=0.3, lsm_weight=0.0))
     audio = torch.randn(2, 104, 8)
     lens = torch.tensor([8, 6])
     targets = [[3, 1, 4, 1, 5], [2, 6, 8]]
@@ -401,7 +408,7 @@ def test_tiny_model_overfits_two_utterances_and_decodes_them():
 
 def test_precomputed_video_features_decode_as_the_video_itself():
     torch.manual_seed(0)
-    model = AVSRModel(9, TINY_ENCODER, TINY_DECODER, ctc_weight=0.3).eval()
+    model = AVSRModel(_config(9, ctc_weight=0.3)).eval()
     video = torch.randn(2, 1, 5, 88, 88)
     lens = torch.tensor([5, 4])
     cfg = DecodeConfig(beam_size=2, ctc_weight=0.3)
@@ -655,7 +662,7 @@ def test_model_with_a_looping_decoder_decodes_silence_as_nothing():
     # stops, and with more labels (28) than the beam (10) eos never makes the beam on its attention score
     torch.manual_seed(0)
     v = 30
-    model = AVSRModel(v, TINY_ENCODER, TINY_DECODER, ctc_weight=0.3).eval()
+    model = AVSRModel(_config(v, ctc_weight=0.3)).eval()
     proj = torch.nn.Linear(model.decoder.output_projection.in_features, v, bias=True)
     with torch.no_grad():
         proj.weight.zero_()

@@ -82,14 +82,14 @@ def test_every_field_refuses_the_wrong_type_naming_key_value_and_file(cls):
 
 
 def test_yaml_numbers_and_booleans_follow_yaml_1_2(tmp_path):
-    from avsr.train.trainer import load_train_config
+    from avsr.train.config import load_experiment_config
 
     assert parse_yaml("a: 3e-3\nb: 1e4\nc: yes\nd: true\ne: 5\nf: .5") == {
         "a": 0.003, "b": 10000.0, "c": "yes", "d": True, "e": 5, "f": 0.5}
     path = tmp_path / "train.yaml"
     path.write_text("lr: 3e-3\nwarmup_steps: 1e3\nnoise_snr_db: [0, 5]\nbetas: [0.9, 0.98]\n"
                     "encoder_conf: {encoder_layers: 1}\n")
-    cfg, _ = load_train_config(path)
+    cfg = load_experiment_config(path).train
     assert cfg.lr == 0.003 and isinstance(cfg.lr, float)
     assert cfg.warmup_steps == 1000 and isinstance(cfg.warmup_steps, int)
     assert cfg.noise_snr_db == [0.0, 5.0] and cfg.betas == (0.9, 0.98)
@@ -105,7 +105,7 @@ def test_yaml_numbers_and_booleans_follow_yaml_1_2(tmp_path):
     ]:
         path.write_text(text + "\n")
         with pytest.raises(ConfigError) as err:
-            load_train_config(path)
+            load_experiment_config(path)
         assert str(path) in str(err.value) and expected in str(err.value), str(err.value)
 
 
@@ -131,13 +131,13 @@ def test_model_yaml_values_are_typed_and_named_with_the_file(tmp_path):
 @pytest.mark.parametrize("text", ["", "max_epoch: 3\nlr: 0.001\n", "decoder_conf: {decoder_layers: 1}\n",
                                   "model_config: m.yaml\n"])
 def test_a_training_yaml_without_its_model_section_is_refused(tmp_path, text):
-    from avsr.train.trainer import load_train_config
+    from avsr.train.config import load_experiment_config
 
     (tmp_path / "m.yaml").write_text("decoder_conf: {decoder_layers: 1}\n")  # a model YAML without encoder
     path = tmp_path / "train.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError) as err:
-        load_train_config(path)
+        load_experiment_config(path)
     message = str(err.value)
     assert message.startswith(str(path)) and "no model section: encoder_conf is missing" in message, message
     assert "\n" not in message
@@ -145,7 +145,7 @@ def test_a_training_yaml_without_its_model_section_is_refused(tmp_path, text):
         assert str(tmp_path / "m.yaml") in message, message
     # with its model section it loads
     path.write_text(text + "encoder_conf: {encoder_layers: 1}\n")
-    assert load_train_config(path)[1]["encoder_conf"] == {"encoder_layers": 1}
+    assert load_experiment_config(path).model.encoder_conf.encoder_layers == 1
 
 
 def test_a_mapping_is_required_where_a_section_is(tmp_path):
@@ -172,10 +172,11 @@ def test_decode_fields_that_the_chosen_search_ignores_are_refused(tmp_path):
         DecodeConfig.from_yaml(path)
     path.write_text("beam_size: 5\nctc_scoring: full\n")
     assert DecodeConfig.from_yaml(path).ctc_scoring == "full"
-    model = AVSRModel(5, {"encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 2,
-                          "conv_pos": 4, "conv_pos_groups": 4, "resnet_widths": [4, 4, 4, 4]},
-                      {"decoder_layers": 1, "decoder_embed_dim": 16, "decoder_attention_heads": 2,
-                       "decoder_ffn_embed_dim": 16})
+    encoder = {"encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 2, "conv_pos": 4,
+               "conv_pos_groups": 4, "resnet_widths": [4, 4, 4, 4]}
+    decoder = {"decoder_layers": 1, "decoder_embed_dim": 16, "decoder_attention_heads": 2,
+               "decoder_ffn_embed_dim": 16}
+    model = AVSRModel.from_config({"vocab_size": 5, "encoder_conf": encoder, "decoder_conf": decoder})
     with pytest.raises(ConfigError, match="max_len_b is not used by search 'espnet'"):
         model.search_config(DecodeConfig(), max_len_b=3)
     assert model.search_config(DecodeConfig(), beam_size=3).beam_size == 3

@@ -8,6 +8,7 @@ videos (the astronaut speaking the rendered mouth: the ROI stage must find the m
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import shutil
@@ -151,15 +152,16 @@ def _configs() -> list[Path]:
 def test_paper_configs_load_and_build(path):
     from avsr.models.asr import AVSRModel
     from avsr.models.pretrain import AVHubertPretrainModel
-    from avsr.train.trainer import load_train_config
+    from avsr.train.config import load_experiment_config
 
-    cfg, model_part = load_train_config(path)
+    experiment = load_experiment_config(path)
+    cfg, model_config = experiment.train, experiment.model
     large = "large" in path.name
     with torch.device("meta"):  # architecture and parameter count without allocating the weights
-        if "pretrain_conf" in model_part:
-            model = AVHubertPretrainModel.from_config({**model_part, "num_classes": [2000]})
+        if model_config.pretraining:
+            model = AVHubertPretrainModel.from_config(dataclasses.replace(model_config, num_classes=[2000]))
         else:
-            model = AVSRModel.from_config({"vocab_size": 1000, **model_part}, str(path))
+            model = AVSRModel.from_config(dataclasses.replace(model_config, vocab_size=1000), str(path))
             assert model.ctc_lo is None and model.decoder is not None  # attention only, as the paper
             assert len(model.decoder.layers) == (9 if large else 6)
     encoder = sum(p.numel() for p in model.encoder.parameters()) / 1e6
@@ -169,10 +171,10 @@ def test_paper_configs_load_and_build(path):
 
 def test_base_finetune_config_builds_on_cpu():
     from avsr.models.asr import AVSRModel
-    from avsr.train.trainer import load_train_config
+    from avsr.train.config import load_experiment_config
 
-    _, model_part = load_train_config(ROOT / "conf/finetune/avhubert_base_30h.yaml")
-    model = AVSRModel.from_config({"vocab_size": 1000, **model_part})
+    model_config = load_experiment_config(ROOT / "conf/finetune/avhubert_base_30h.yaml").model
+    model = AVSRModel.from_config(dataclasses.replace(model_config, vocab_size=1000))
     assert model.encoder.config.encoder_layerdrop == 0.1 and model.encoder.config.modality_dropout == 0.0
     assert model.decoder.output_projection.weight is model.decoder.embed_tokens.weight  # shared, as the paper
     assert model.decoder.embed_scale == 1.0 and model.conf.lsm_weight == 0.1

@@ -25,7 +25,7 @@ from avsr.config import (
 from avsr.decode.config import DecodeConfig
 from avsr.encoder import AVHubertEncoder
 from avsr.models.asr import AVSRModel
-from avsr.train.trainer import load_train_config
+from avsr.train.config import load_experiment_config
 
 REPO = Path(__file__).resolve().parents[1]
 PKG = REPO / "avsr"
@@ -146,16 +146,18 @@ def test_avsr_model_from_yaml_by_name_with_overrides():
 
 
 def test_train_config_by_name_keeps_the_relative_model_config():
-    by_name = load_train_config("avsr_synthgrid_cpu")
-    assert by_name == load_train_config(REPO / "conf/train/avsr_synthgrid_cpu.yaml")
+    by_name = load_experiment_config("avsr_synthgrid_cpu")
+    by_path = load_experiment_config(REPO / "conf/train/avsr_synthgrid_cpu.yaml")
+    assert (by_name.train, by_name.model) == (by_path.train, by_path.model)
     model_yaml = load_yaml(PKG / "conf/model/avsr_synthgrid_cpu.yaml")
     train_yaml = load_yaml(REPO / "conf/train/avsr_synthgrid_cpu.yaml")
     # model_config: ../model/... followed, the training config's own encoder_conf keys on top
-    assert by_name[1]["encoder_conf"] == {**model_yaml["encoder_conf"], **train_yaml.get("encoder_conf", {})}
-    assert by_name[1]["encoder_conf"]["encoder_layers"] == model_yaml["encoder_conf"]["encoder_layers"]
-    assert load_train_config("avhubert_synthgrid_cpu")[1]["pretrain_conf"]  # pretrain/ is searched too
+    encoder = by_name.model.to_dict()["encoder_conf"]
+    assert encoder == {**encoder, **model_yaml["encoder_conf"], **train_yaml.get("encoder_conf", {})}
+    assert encoder["encoder_layers"] == model_yaml["encoder_conf"]["encoder_layers"]
+    assert load_experiment_config("avhubert_synthgrid_cpu").model.pretrain_conf  # pretrain/ is searched too
     with pytest.raises(ConfigError, match="avsr_synthgrid_cpu_finetune"):
-        load_train_config("avsr_synthgrid")
+        load_experiment_config("avsr_synthgrid")
 
 
 def n_params(module: torch.nn.Module) -> int:

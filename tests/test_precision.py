@@ -31,7 +31,8 @@ from avsr.nn.precision import (
     resolve_precision,
 )
 from avsr.nn.resnet import PReLU, batch_norm_act
-from avsr.train.trainer import TrainConfig, compile_model, keep_freed_memory, load_train_config
+from avsr.train.config import TrainConfig, load_experiment_config
+from avsr.train.trainer import compile_model, keep_freed_memory
 
 ENC = dict(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_attention_heads=2,
            conv_pos=4, conv_pos_groups=2, resnet_widths=[4, 4, 8, 8], dropout=0.0, dropout_input=0.0,
@@ -252,7 +253,7 @@ def bf16_rounding_model(model: AVSRModel) -> AVSRModel:
 
 def test_bf16_training_step_is_close_to_fp32():
     torch.manual_seed(0)
-    model = AVSRModel(10, ENC, DEC)
+    model = AVSRModel({"vocab_size": 10, "encoder_conf": ENC, "decoder_conf": DEC})
     inputs = batch()
     ref_loss, _, ref = loss_and_grads(model, inputs)
     loss, stats, grads = loss_and_grads(model, inputs, "bf16")
@@ -334,7 +335,7 @@ def test_compiled_training_step_matches_eager_and_reuses_code_for_other_lengths(
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
-    model = AVSRModel(10, ENC, DEC)
+    model = AVSRModel({"vocab_size": 10, "encoder_conf": ENC, "decoder_conf": DEC})
     compiled = compile_model(copy.deepcopy(model), backend="aot_eager")
     graphs = []
     for t in (10, 12, 15, 11):
@@ -398,7 +399,7 @@ def test_video_precision_runs_the_resnet_alone_in_bf16():
 
 def test_decoding_under_bf16_autocast_keeps_scores_float32():
     torch.manual_seed(0)
-    model = AVSRModel(10, ENC, DEC).eval()
+    model = AVSRModel({"vocab_size": 10, "encoder_conf": ENC, "decoder_conf": DEC}).eval()
     audio, video, lengths, _, _ = batch()
     enc, enc_lens = model.encode(audio, video, lengths)
     with autocast_context("cpu", "bf16"):
@@ -411,17 +412,17 @@ def test_decoding_under_bf16_autocast_keeps_scores_float32():
 
 
 @pytest.mark.parametrize("key,value,match", [
-    ("precision", "fp16", r"precision must be one of \['auto', 'fp32', 'bf16'\]"),
+    ("precision", "fp16", r"precision: expected one of \['auto', 'fp32', 'bf16'\]"),
     ("compile", "sometimes", "compile: expected true or false"),
     ("checkpoint_activations", 1, "checkpoint_activations: expected true or false"),
-    ("video_precision", "fp16", r"video_precision must be one of \['auto', 'fp32', 'bf16'\]"),
+    ("video_precision", "fp16", r"video_precision: expected one of \['auto', 'fp32', 'bf16'\]"),
     ("flush_denormal", "yes please", "flush_denormal: expected true or false"),
 ])
 def test_train_config_speed_options_are_checked(tmp_path, key, value, match):
     path = tmp_path / "train.yaml"
     path.write_text(f"max_epoch: 1\n{key}: {value}\n")
     with pytest.raises(ConfigError, match=match) as err:
-        load_train_config(path)
+        load_experiment_config(path)
     assert str(path) in str(err.value)
     assert TrainConfig(precision="bf16").resolved_precision(torch.device("cpu")) == "bf16"
     # null: the use_amp rule, bf16 on CUDA only

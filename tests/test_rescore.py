@@ -186,13 +186,13 @@ def _config_dict() -> dict:
 
 
 def test_bad_weights_and_a_weight_for_the_fairseq_search_are_refused():
-    with pytest.raises(ValueError, match="video_weight must be a finite number >= 0"):
+    with pytest.raises(ValueError, match="video_weight: expected a finite number >= 0"):
         DecodeConfig(video_weight=-0.5)
-    with pytest.raises(ValueError, match="video_weight must be a finite number >= 0"):
+    with pytest.raises(ValueError, match="video_weight: expected a finite number >= 0"):
         DecodeConfig(video_weight=float("inf"))
     with pytest.raises(ConfigError, match="video_weight"):
         DecodeConfig.from_mapping({"video_weight": "high"}, "conf/decode/x.yaml")
-    with pytest.raises(ValueError, match="audio_weight must be a finite number >= 0"):
+    with pytest.raises(ValueError, match="audio_weight: expected a finite number >= 0"):
         DecodeConfig(audio_weight=-1.0)
     with pytest.raises(ConfigError, match="video_weight is not used by search 'fairseq'"):
         DecodeConfig.from_mapping({"search": "fairseq", "ctc_weight": 0.0, "video_weight": 1.0})

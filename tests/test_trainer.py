@@ -16,12 +16,12 @@ from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.models.asr import AVSRModel
 from avsr.nn.precision import native_bf16
 from avsr.train.checkpoint import average_state_dicts, epoch_checkpoints, load_checkpoint, save_atomic
+from avsr.train.config import load_experiment_config
 from avsr.train.trainer import (
     TrainConfig,
     Trainer,
     build_audio_augment,
     build_noise,
-    load_train_config,
     lr_lambda,
 )
 from tests.test_data import WORDS, make_utt
@@ -35,7 +35,7 @@ MODEL = {
     "model_conf": dict(ctc_weight=0.3),
 }
 
-#: the model section every training YAML needs (load_train_config refuses one without it)
+#: the model section every training YAML needs (load_experiment_config refuses one without it)
 ENCODER = "encoder_conf: {encoder_layers: 1}\n"
 
 
@@ -139,27 +139,27 @@ def test_lr_schedule_warms_up_then_decays():
 def test_train_config_takes_the_model_from_a_model_yaml(tmp_path):
     (tmp_path / "model").mkdir()
     (tmp_path / "train").mkdir()
-    (tmp_path / "model" / "m.yaml").write_text("encoder_conf: {encoder_layers: 2, encoder_embed_dim: 32}\n"
+    (tmp_path / "model" / "m.yaml").write_text("encoder_conf: {encoder_layers: 2, encoder_embed_dim: 48}\n"
                                                "model_conf: {ctc_weight: 0.5}\n")
     (tmp_path / "train" / "t.yaml").write_text("model_config: ../model/m.yaml\nmax_epoch: 3\n"
                                                "encoder_conf: {encoder_layers: 1}\n")
-    cfg, model_part = load_train_config(tmp_path / "train" / "t.yaml")
-    assert cfg.max_epoch == 3
-    assert model_part == {"encoder_conf": {"encoder_layers": 1, "encoder_embed_dim": 32},
-                          "model_conf": {"ctc_weight": 0.5}}
+    experiment = load_experiment_config(tmp_path / "train" / "t.yaml")
+    assert experiment.train.max_epoch == 3
+    model = experiment.model  # the training YAML's encoder_conf keys over the model YAML's
+    assert (model.encoder_conf.encoder_layers, model.encoder_conf.encoder_embed_dim) == (1, 48)
+    assert model.model_conf.ctc_weight == 0.5 and model.decoder_conf is None
     (tmp_path / "model" / "m.yaml").write_text("encoder_cfg: {}\n")
     with pytest.raises(ConfigError, match=r"m\.yaml.*'encoder_cfg'"):
-        load_train_config(tmp_path / "train" / "t.yaml")
+        load_experiment_config(tmp_path / "train" / "t.yaml")
 
 
 def test_train_config_unknown_key_is_named(tmp_path):
     (tmp_path / "t.yaml").write_text("max_epochs: 3\nencoder_conf: {encoder_layers: 1}\n")
     with pytest.raises(ConfigError, match=r"t\.yaml.*'max_epochs'"):
-        load_train_config(tmp_path / "t.yaml")
+        load_experiment_config(tmp_path / "t.yaml")
     (tmp_path / "m.yaml").write_text("max_epoch: 3\nencoder_conf: {encoder_layer: 1}\n")
-    cfg, model_part = load_train_config(tmp_path / "m.yaml")
-    with pytest.raises(ConfigError, match="encoder_layer"):
-        AVSRModel.from_config({"vocab_size": 10, **model_part})
+    with pytest.raises(ConfigError, match=r"m\.yaml: encoder_conf: unknown config key 'encoder_layer'"):
+        load_experiment_config(tmp_path / "m.yaml")  # refused when read, not when built
 
 
 def test_audio_augment_settings_from_the_train_config(tmp_path):
@@ -167,7 +167,7 @@ def test_audio_augment_settings_from_the_train_config(tmp_path):
         "freq_warp: [0.9, 1.1]\nnum_freq_mask: 2\nfreq_mask_width: 4\nspeed_perturb: [0.9, 1.0, 1.1]\n"
         + ENCODER
     )
-    cfg, _ = load_train_config(tmp_path / "t.yaml")
+    cfg = load_experiment_config(tmp_path / "t.yaml").train
     aug = build_audio_augment(cfg)
     assert aug.freq_warp == (0.9, 1.1) and (aug.num_freq_mask, aug.freq_mask_width) == (2, 4)
     assert aug.speed_factors == (0.9, 1.0, 1.1)
@@ -178,7 +178,7 @@ def test_audio_augment_settings_from_the_train_config(tmp_path):
                        ("speed_perturb: [0.9, -1.0]", "speed_perturb")):
         (tmp_path / "b.yaml").write_text(bad + "\n" + ENCODER)
         with pytest.raises(ConfigError, match=match):
-            build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])
+            build_audio_augment(load_experiment_config(tmp_path / "b.yaml").train)
 
 
 def test_validation_every_interval_and_in_the_last_kept_epochs(setup, tmp_path):
@@ -226,12 +226,12 @@ def test_modality_dropout_is_drawn_by_the_loader_and_not_again_by_the_encoder(se
 def test_av_mismatch_prob_from_the_train_config_needs_loader_drawn_modality_dropout(setup, tmp_path):
     tok, utts = setup
     (tmp_path / "t.yaml").write_text("av_mismatch_prob: 0.2\n" + ENCODER)
-    cfg, _ = load_train_config(tmp_path / "t.yaml")
+    cfg = load_experiment_config(tmp_path / "t.yaml").train
     assert build_audio_augment(cfg).av_mismatch_prob == 0.2
     assert not build_audio_augment(cfg).av_mismatch_noisy_only
     (tmp_path / "b.yaml").write_text("av_mismatch_prob: 1.2\n")
     with pytest.raises(ConfigError, match="av_mismatch_prob"):
-        load_train_config(tmp_path / "b.yaml")
+        load_experiment_config(tmp_path / "b.yaml")
     trainer = make_trainer(tok, utts, tmp_path / "ok", max_epoch=1, av_mismatch_prob=0.2)
     assert isinstance(trainer.sampler, ModalityBatchSampler)
     with pytest.raises(ConfigError, match="av_mismatch_noisy_only needs training noise"):
@@ -249,14 +249,14 @@ def test_time_masks_from_the_train_config_and_av_only_needs_loader_drawn_modalit
     tok, utts = setup
     (tmp_path / "t.yaml").write_text("num_time_mask: 2\ntime_mask_width: 3\ntime_mask_av_only: true\n"
                                      + ENCODER)
-    aug = build_audio_augment(load_train_config(tmp_path / "t.yaml")[0])
+    aug = build_audio_augment(load_experiment_config(tmp_path / "t.yaml").train)
     assert (aug.num_time_mask, aug.time_mask_width, aug.time_mask_av_only) == (2, 3, True)
     assert build_audio_augment(TrainConfig(num_time_mask=2)) is None  # width 0: nothing changes
     for bad, match in (("num_time_mask: -1", "num_time_mask"), ("time_mask_width: -2", "time_mask_width"),
                        ("time_mask_av_only: 3", "time_mask_av_only")):
         (tmp_path / "b.yaml").write_text(bad + "\n" + ENCODER)
         with pytest.raises(ConfigError, match=match):
-            load_train_config(tmp_path / "b.yaml")
+            load_experiment_config(tmp_path / "b.yaml")
     masks = {"num_time_mask": 2, "time_mask_width": 3, "time_mask_av_only": True}
     assert isinstance(make_trainer(tok, utts, tmp_path / "ok", 1, **masks).sampler, ModalityBatchSampler)
     MODEL["encoder_conf"]["modality_dropout"] = 0.0
@@ -271,7 +271,7 @@ def test_time_masks_from_the_train_config_and_av_only_needs_loader_drawn_modalit
 def test_edge_silence_frames_from_the_train_config_are_checked(tmp_path):
     (tmp_path / "e.yaml").write_text("edge_silence_frames: [-8, 8]\nedge_silence_keep_length: true\n"
                                      + ENCODER)
-    aug = build_audio_augment(load_train_config(tmp_path / "e.yaml")[0])
+    aug = build_audio_augment(load_experiment_config(tmp_path / "e.yaml").train)
     assert (aug.edge_silence_frames, aug.edge_silence_keep_length) == ((-8, 8), True)
     assert build_audio_augment(TrainConfig(edge_silence_frames=[0, 0])) is None  # nothing changes
     for bad, match in (("edge_silence_frames: [4, -4]", "low <= high"), ("edge_silence_frames: [1, 2, 3]",
@@ -280,13 +280,13 @@ def test_edge_silence_frames_from_the_train_config_are_checked(tmp_path):
                        ("edge_silence_prob: 1.5", "edge_silence_prob")):
         (tmp_path / "b.yaml").write_text(bad + "\n" + ENCODER)
         with pytest.raises(ConfigError, match=match):
-            build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])
+            build_audio_augment(load_experiment_config(tmp_path / "b.yaml").train)
 
 
 def test_narrowband_prob_from_the_train_config_is_checked(setup, tmp_path):
     tok, utts = setup
     (tmp_path / "n.yaml").write_text("narrowband_prob: 0.2\nnarrowband_audio_only: true\n" + ENCODER)
-    aug = build_audio_augment(load_train_config(tmp_path / "n.yaml")[0])
+    aug = build_audio_augment(load_experiment_config(tmp_path / "n.yaml").train)
     assert (aug.narrowband_prob, aug.narrowband_audio_only) == (0.2, True)
     narrow = {"narrowband_prob": 0.2, "narrowband_audio_only": True}
     assert isinstance(make_trainer(tok, utts, tmp_path / "ok", 1, **narrow).sampler, ModalityBatchSampler)
@@ -300,17 +300,17 @@ def test_narrowband_prob_from_the_train_config_is_checked(setup, tmp_path):
     for bad in ("narrowband_prob: 1.5", "narrowband_prob: -0.1", "narrowband_prob: often"):
         (tmp_path / "b.yaml").write_text(bad + "\n" + ENCODER)
         with pytest.raises(ConfigError, match="narrowband_prob"):
-            build_audio_augment(load_train_config(tmp_path / "b.yaml")[0])
+            build_audio_augment(load_experiment_config(tmp_path / "b.yaml").train)
 
 
 def test_noise_probabilities_per_batch_modality_from_the_train_config(tmp_path):
     write_wav(tmp_path / "n.wav", np.random.default_rng(0).standard_normal(16000).astype(np.float32))
     (tmp_path / "a.yaml").write_text("noise_prob: 0.5\nnoise_prob_audio_only: 0.1\n" + ENCODER)
-    noise = build_noise(str(tmp_path / "n.wav"), load_train_config(tmp_path / "a.yaml")[0])
+    noise = build_noise(str(tmp_path / "n.wav"), load_experiment_config(tmp_path / "a.yaml").train)
     assert [noise.prob_for(m) for m in ("audiovisual", "audio", "video", None)] == [0.5, 0.1, 0.5, 0.5]
     (tmp_path / "b.yaml").write_text("noise_prob: 0.5\nnoise_prob_audio_only: 1.5\n")
     with pytest.raises(ConfigError, match="noise_prob_audio_only"):
-        build_noise(str(tmp_path / "n.wav"), load_train_config(tmp_path / "b.yaml")[0])
+        build_noise(str(tmp_path / "n.wav"), load_experiment_config(tmp_path / "b.yaml").train)
     assert build_noise(str(tmp_path / "n.wav"), TrainConfig(noise_prob=0.0)) is None
 
 
@@ -446,8 +446,10 @@ def test_av_batch_views_need_an_encoder_that_runs_the_video_front_end_alone(setu
             return 16
 
     with pytest.raises(ConfigError, match="av_batch_views.*encode_video.*Foreign"):
-        AVSRModel(tok.vocab_size, encoder=Foreign(), av_batch_views=["audiovisual", "video"])
-    assert AVSRModel(tok.vocab_size, encoder=Foreign()).conf.av_batch_views == ("audiovisual",)
+        AVSRModel({"vocab_size": tok.vocab_size, "model_conf": {"av_batch_views": ["audiovisual", "video"]}},
+                  encoder=Foreign())
+    model = AVSRModel({"vocab_size": tok.vocab_size}, encoder=Foreign())
+    assert model.conf.av_batch_views == ("audiovisual",)
 
 
 class _FrameRegression(torch.nn.Module):

@@ -12,13 +12,12 @@ the field, the file and the search it belongs to named (:func:`search_config`), 
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Union
 
-from avsr.config import ConfigError, config_path, from_dict, load_yaml
+from avsr.config import Config, ConfigError, config_path, from_dict, load_yaml, option, probability
 
 __all__ = ["DecodeConfig", "FairseqConfig", "SearchConfig", "SEARCHES", "default_view_weights",
            "search_config", "load_decode_config"]
@@ -31,11 +30,9 @@ CTC_MAXLEN_RATIO = 1.5
 
 
 def _check_beam(beam_size: int, nbest: int) -> None:
-    """ValueError unless ``beam_size >= 1`` and ``1 <= nbest <= beam_size`` (read by both searches)."""
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
-    if not 1 <= nbest <= beam_size:
-        raise ValueError(f"nbest must lie in [1, beam_size={beam_size}], got {nbest}")
+    """ConfigError unless ``nbest <= beam_size`` (read by both searches)."""
+    if nbest > beam_size:
+        raise ConfigError(f"nbest: expected at most beam_size={beam_size}, got {nbest}")
 
 
 class _Readers:
@@ -53,7 +50,7 @@ class _Readers:
 
 
 @dataclass
-class DecodeConfig(_Readers):
+class DecodeConfig(_Readers, Config):
     """Options of the joint CTC/attention search (:class:`avsr.decode.beam_search.JointSearch`; ESPnet
     ``asr_inference`` names), ``search: espnet`` in a decoding YAML. The fairseq search has its own type,
     :class:`FairseqConfig`.
@@ -115,50 +112,29 @@ class DecodeConfig(_Readers):
             view).
 
     Raises:
-        ValueError: a value out of range (named).
+        avsr.config.ConfigError: a value out of range (named).
     """
 
     search: ClassVar[str] = "espnet"
 
-    beam_size: int = 10
-    ctc_weight: float = 0.3
-    penalty: float = 0.0
-    maxlenratio: float = 0.0
-    minlenratio: float = 0.0
-    nbest: int = 1
-    ctc_scoring: str = "partial"
-    pre_beam_ratio: float = 1.5
-    pre_beam: str = "avsr"
-    ctc_end_prob: float | None = None
-    ctc_maxlen_ratio: float | None = None
-    ctc_maxlen_margin: int = 2
-    video_weight: float | None = None
-    audio_weight: float | None = None
+    beam_size: int = option(10, ge=1)
+    ctc_weight: float = probability(0.3)
+    penalty: float = option(0.0, finite=True)
+    maxlenratio: float = option(0.0, finite=True)
+    minlenratio: float = option(0.0, ge=0, finite=True)
+    nbest: int = option(1, ge=1)
+    ctc_scoring: str = option("partial", choices=("partial", "full"))
+    pre_beam_ratio: float = option(1.5, gt=0, finite=True)
+    pre_beam: str = option("avsr", choices=PRE_BEAMS)
+    ctc_end_prob: float | None = option(None, gt=0, le=1)
+    ctc_maxlen_ratio: float | None = option(None, ge=0, finite=True)
+    ctc_maxlen_margin: int = option(2, ge=0)
+    video_weight: float | None = option(None, ge=0, finite=True)
+    audio_weight: float | None = option(None, ge=0, finite=True)
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
+        """``nbest <= beam_size``. Raises :class:`avsr.config.ConfigError`."""
         _check_beam(self.beam_size, self.nbest)
-        if not 0.0 <= self.ctc_weight <= 1.0:
-            raise ValueError(f"ctc_weight must lie in [0, 1], got {self.ctc_weight}")
-        if self.minlenratio < 0:
-            raise ValueError(f"minlenratio must be >= 0, got {self.minlenratio}")
-        if self.ctc_scoring not in ("partial", "full"):
-            raise ValueError(f"ctc_scoring must be 'partial' or 'full', got {self.ctc_scoring!r}")
-        if self.pre_beam_ratio <= 0:
-            raise ValueError(f"pre_beam_ratio must be > 0, got {self.pre_beam_ratio}")
-        if self.pre_beam not in PRE_BEAMS:
-            raise ValueError(f"pre_beam must be one of {PRE_BEAMS}, got {self.pre_beam!r}")
-        if self.ctc_end_prob is not None and not 0.0 < self.ctc_end_prob <= 1.0:
-            raise ValueError(f"ctc_end_prob must lie in (0, 1] (1: off) or be null, got {self.ctc_end_prob}")
-        if self.ctc_maxlen_ratio is not None and not (self.ctc_maxlen_ratio >= 0
-                                                      and math.isfinite(self.ctc_maxlen_ratio)):
-            raise ValueError(f"ctc_maxlen_ratio must be a finite number >= 0 (0: off) or null, "
-                             f"got {self.ctc_maxlen_ratio}")
-        if self.ctc_maxlen_margin < 0:
-            raise ValueError(f"ctc_maxlen_margin must be >= 0, got {self.ctc_maxlen_margin}")
-        for name in ("video_weight", "audio_weight"):
-            weight = getattr(self, name)
-            if weight is not None and not (weight >= 0 and math.isfinite(weight)):
-                raise ValueError(f"{name} must be a finite number >= 0 (or null), got {weight}")
 
     def ctc_end_rules(self) -> tuple[float, float]:
         """``(ctc_end_prob, ctc_maxlen_ratio)`` with None resolved: :data:`CTC_END_PROB` and
@@ -178,15 +154,15 @@ class DecodeConfig(_Readers):
 
 
 @dataclass
-class FairseqConfig(_Readers):
+class FairseqConfig(_Readers, Config):
     """Options of fairseq's beam search as AV-HuBERT decodes (``search: fairseq``;
     :func:`avsr.decode.fairseq_search.fairseq_beam_search`, fairseq's ``SequenceGenerator`` with
     ``search.BeamSearch``): attention only.
 
     Attributes:
         beam_size: hypotheses kept per utterance.
-        ctc_weight: must be 0 (fairseq's generator has no CTC); accepted so that one key means the same in
-            every decoding YAML.
+        ctc_weight: must be 0 (fairseq's generator has no CTC: the search is attention-only); accepted so
+            that one key means the same in every decoding YAML.
         nbest: hypotheses returned per utterance (at most ``beam_size``).
         lenpen: fairseq's length penalty: a finished hypothesis scores ``sum log p / len ** lenpen``.
         max_len_a, max_len_b: fairseq's maximum output length ``int(max_len_a * src_len + max_len_b)``
@@ -196,30 +172,27 @@ class FairseqConfig(_Readers):
         normalize_scores: divide by ``len ** lenpen`` (fairseq's default; ``--unnormalized`` turns it off).
 
     Raises:
-        ValueError: a value out of range (named).
+        avsr.config.ConfigError: a value out of range (named).
     """
 
     search: ClassVar[str] = "fairseq"
 
-    beam_size: int = 10
+    beam_size: int = option(10, ge=1)
     ctc_weight: float = 0.0
-    nbest: int = 1
-    lenpen: float = 1.0
-    max_len_a: float = 0.0
+    nbest: int = option(1, ge=1)
+    lenpen: float = option(1.0, finite=True)
+    max_len_a: float = option(0.0, finite=True)
     max_len_b: int = 200
-    min_len: int = 1
-    unkpen: float = 0.0
+    min_len: int = option(1, ge=0)
+    unkpen: float = option(0.0, finite=True)
     normalize_scores: bool = True
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
+        """``nbest <= beam_size``, ``ctc_weight`` 0. Raises :class:`avsr.config.ConfigError`."""
         _check_beam(self.beam_size, self.nbest)
         if self.ctc_weight != 0:
-            raise ValueError(
-                f"search 'fairseq' is attention-only (fairseq's SequenceGenerator): set ctc_weight to 0, "
-                f"got {self.ctc_weight}"
-            )
-        if self.min_len < 0:
-            raise ValueError(f"min_len must be >= 0, got {self.min_len}")
+            raise ConfigError(f"ctc_weight: search 'fairseq' is attention-only: "
+                              f"set it to 0, got {self.ctc_weight}")
 
     def view_weights(self, default: tuple[float, float]) -> tuple[float, float]:
         """``(0, 0)``: the fairseq search has no final ranking with the views."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -42,73 +41,16 @@ from avsr.compat.fairseq_avhubert import (
     resolve_token_list,
 )
 from avsr.compat.safe_load import CheckpointError
-from avsr.config import ConfigError, check_keys, config_path, from_dict, load_yaml, to_dict
+from avsr.config import ConfigError, check_keys, config_path, load_yaml, to_dict
 from avsr.decode.config import SearchConfig, search_config
 from avsr.decode.hypothesis import Hypothesis
 from avsr.decode.searcher import Searcher
-from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
-from avsr.nn.decoder import TransformerDecoder, TransformerDecoderConfig
+from avsr.encoder import AVHubertEncoder
+from avsr.models.config import ASR_KEYS, TOKEN_CONVENTIONS, VIEWS, AVSRModelConfig, ModelConfig
+from avsr.nn.decoder import TransformerDecoder
 from avsr.nn.precision import fp32_context
 
 __all__ = ["AVSRModel", "AVSRModelConfig", "label_smoothing_loss"]
-
-CONFIG_KEYS = ("vocab_size", "encoder_conf", "decoder_conf", "model_conf", "token_list", "decode_defaults")
-
-#: the streams each training view of an audio-visual batch keeps (``AVSRModelConfig.av_batch_views``);
-#: ``audiovisual_clean`` takes the batch's ``audio_clean`` (the audio without the loader's noise) as audio.
-VIEWS = {"audiovisual": ("audio", "video"), "video": ("video",), "audio": ("audio",),
-         "audiovisual_clean": ("audio", "video")}
-
-#: special token ids (blank, sos, eos, pad, unk) of each token convention, as functions of the vocab size.
-TOKEN_CONVENTIONS = {
-    "espnet": lambda v: {"blank": 0, "sos": v - 1, "eos": v - 1, "pad": None, "unk": 1},
-    "fairseq": lambda v: {"blank": 0, "sos": 2, "eos": 2, "pad": 1, "unk": 3},
-}
-
-
-@dataclass
-class AVSRModelConfig:
-    """The ``model_conf`` section (ESPnet names).
-
-    Attributes:
-        ctc_weight: weight of the CTC loss; 1.0 = CTC only (no decoder is built), 0.0 = attention only (no
-            CTC head is built).
-        lsm_weight: label-smoothing weight of the attention loss.
-        length_normalized_loss: divide the attention loss by the number of tokens instead of the batch size.
-        token_convention: ``espnet`` (``[<blank>, <unk>, ..., <sos/eos>]``) or ``fairseq`` (fairseq
-            ``Dictionary`` ids of converted AV-HuBERT models; see the module docstring).
-        av_batch_views: in training, the views under which a batch that carries both streams is scored,
-            from ``audiovisual``, ``video`` (audio features zeroed after the front-end, as modality dropout
-            does), ``audio`` and ``audiovisual_clean`` (both streams, the audio as it was before the loader
-            added noise or another utterance's audio: ``audio_clean`` of the batch, see
-            :class:`avsr.data.dataset.AVDataset` ``keep_clean_audio``; the batch's audio where it has none);
-            the loss is the sum of the views' losses. The video front-end runs once
-            for all views, so on a CPU, where it costs 4-5x the rest of a step, ``[audiovisual, video]``
-            trains the fused and the lip-reading path on every audio-visual batch for about 1.2x the cost of
-            one view. Default ``[audiovisual]``: one view, as AV-HuBERT. Batches that carry one stream (the
-            loader's modality dropout) and evaluation are not affected; with several views the encoder
-            makes no modality-dropout draw of its own on a two-stream batch (the views decide).
-    """
-
-    ctc_weight: float = 0.3
-    lsm_weight: float = 0.1
-    length_normalized_loss: bool = False
-    token_convention: str = "espnet"
-    av_batch_views: tuple[str, ...] = ("audiovisual",)
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.ctc_weight <= 1.0:
-            raise ValueError(f"ctc_weight must lie in [0, 1], got {self.ctc_weight}")
-        if not 0.0 <= self.lsm_weight < 1.0:
-            raise ValueError(f"lsm_weight must lie in [0, 1), got {self.lsm_weight}")
-        if self.token_convention not in TOKEN_CONVENTIONS:
-            raise ValueError(
-                f"token_convention must be one of {sorted(TOKEN_CONVENTIONS)}, got {self.token_convention!r}"
-            )
-        views = tuple(self.av_batch_views)
-        if not views or len(set(views)) != len(views) or not set(views) <= set(VIEWS):
-            raise ValueError(f"av_batch_views must be distinct values from {list(VIEWS)}, got {list(views)}")
-        self.av_batch_views = views
 
 
 def label_smoothing_loss(
@@ -146,71 +88,51 @@ class AVSRModel(nn.Module):
     """Hybrid CTC/attention AVSR model over the AV-HuBERT encoder.
 
     Args:
-        vocab_size: ``V``, including ``<blank>`` (id 0) and ``<sos/eos>`` (id ``V - 1``).
-        encoder_conf: keyword options of :class:`avsr.encoder.AVHubertEncoder`.
-        decoder_conf: fields of :class:`avsr.nn.decoder.TransformerDecoderConfig`.
-        ctc_weight, lsm_weight, length_normalized_loss, token_convention, av_batch_views: see
-            :class:`AVSRModelConfig`.
-        token_list: the symbol of each token id (length ``vocab_size``), kept as ``model.token_list``
-            (e.g. the fairseq dictionary of a converted model), or None.
+        config: the model's configuration, :class:`avsr.models.config.ModelConfig` (or a mapping of it, as a
+            model YAML holds): ``vocab_size`` ``V`` (including ``<blank>``, id 0, and ``<sos/eos>``, id
+            ``V - 1``), ``encoder_conf`` (:class:`avsr.encoder.AVHubertEncoderConfig`), ``decoder_conf``
+            (:class:`avsr.nn.decoder.TransformerDecoderConfig`), ``model_conf`` (:class:`AVSRModelConfig`:
+            ``ctc_weight``, ``lsm_weight``, ``length_normalized_loss``, ``token_convention``,
+            ``av_batch_views``), ``token_list`` (the symbol of each token id, kept as ``model.token_list``,
+            e.g. the fairseq dictionary of a converted model) and ``decode_defaults`` (decoding options this
+            model decodes with unless told otherwise, e.g. ``{video_weight: 2.5, audio_weight: 0.75}``, the
+            SynthGRID recipe's tuned view weights; saved in every checkpoint's ``model_config``,
+            :meth:`default_decode_options`). Sections left None take their defaults.
         encoder: an already built encoder (ESPnet ``AbsEncoder`` interface: ``forward(xs_pad, ilens) ->
             (hidden, olens, None)``, ``output_size()``) to use instead of building one from ``encoder_conf``.
-        decode_defaults: decoding options that this model decodes with unless told otherwise (e.g.
-            ``{video_weight: 2.5, audio_weight: 0.75}``, the SynthGRID recipe's tuned view weights): a key
-            ``decode_defaults`` of the model configuration, so saved in every checkpoint's ``model_config``
-            (:meth:`default_decode_options`).
 
-    Attributes: ``encoder``, ``ctc_lo`` (Linear ``D -> V``, None when ``ctc_weight == 0``), ``decoder``
-    (None when ``ctc_weight == 1``), ``sos``, ``eos``, ``blank``, ``pad`` (None in the ESPnet convention),
-    ``unk``, ``ignore_id``, ``token_list``.
+    Attributes: ``config`` (the complete :class:`~avsr.models.config.ModelConfig`, defaults filled in),
+    ``conf`` (its ``model_conf``), ``encoder``, ``ctc_lo`` (Linear ``D -> V``, None when ``ctc_weight == 0``),
+    ``decoder`` (None when ``ctc_weight == 1``), ``sos``, ``eos``, ``blank``, ``pad`` (None in the ESPnet
+    convention), ``unk``, ``ignore_id``, ``token_list``, ``decode_defaults``.
 
-    :meth:`from_pretrained` loads avsr checkpoints and official fairseq AV-HuBERT fine-tuned ones.
+    :meth:`from_pretrained` loads avsr checkpoints and official fairseq AV-HuBERT fine-tuned ones;
+    :meth:`from_yaml` builds from a model YAML.
 
     Raises:
-        avsr.config.ConfigError: unknown option in ``encoder_conf``/``decoder_conf``, or a bad value;
-            ``av_batch_views`` other than ``[audiovisual]`` with an ``encoder`` that lacks ``encode_video``.
+        avsr.config.ConfigError: an unknown option or a bad value (key named), no ``vocab_size``, a
+            pretraining configuration, both ``encoder`` and ``encoder_conf``, ``av_batch_views`` other than
+            ``[audiovisual]`` with an ``encoder`` that lacks ``encode_video``.
     """
 
-    def __init__(
-        self,
-        vocab_size: int,
-        encoder_conf: Mapping[str, Any] | None = None,
-        decoder_conf: Mapping[str, Any] | TransformerDecoderConfig | None = None,
-        ctc_weight: float = 0.3,
-        lsm_weight: float = 0.1,
-        length_normalized_loss: bool = False,
-        token_convention: str = "espnet",
-        token_list: list[str] | None = None,
-        encoder: nn.Module | None = None,
-        av_batch_views: tuple[str, ...] | list[str] = ("audiovisual",),
-        decode_defaults: Mapping[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, config: ModelConfig | Mapping[str, Any], encoder: nn.Module | None = None) -> None:
         super().__init__()
+        config = ModelConfig.from_mapping(config)
+        if encoder is not None and config.encoder_conf is not None:
+            raise ConfigError("AVSRModel: give either encoder= or encoder_conf, not both")
+        self.config = config = config.for_asr(with_encoder=encoder is None)
+        self.conf: AVSRModelConfig = config.model_conf
         #: decoding options over the search's defaults (:meth:`default_decode_options`), from the model
         #: configuration (and so its checkpoints), e.g. the SynthGRID recipe's tuned view weights
-        self.decode_defaults = dict(decode_defaults or {})
-        if vocab_size < 3:
-            raise ConfigError(f"vocab_size must be >= 3 (<blank>, a token, <sos/eos>), got {vocab_size}")
-        try:
-            self.conf = AVSRModelConfig(ctc_weight, lsm_weight, length_normalized_loss, token_convention,
-                                        tuple(av_batch_views))
-        except ValueError as e:
-            raise ConfigError(f"model_conf: {e}") from e
-        self.vocab_size = vocab_size
-        ids = TOKEN_CONVENTIONS[token_convention](vocab_size)
+        self.decode_defaults = dict(config.decode_defaults or {})
+        self.vocab_size = vocab_size = config.vocab_size
+        ids = TOKEN_CONVENTIONS[self.conf.token_convention](vocab_size)
         self.blank, self.sos, self.eos = ids["blank"], ids["sos"], ids["eos"]
         self.pad, self.unk = ids["pad"], ids["unk"]
         self.ignore_id = -1
-        if token_list is not None and len(token_list) != vocab_size:
-            raise ConfigError(f"token_list has {len(token_list)} entries but vocab_size is {vocab_size}")
-        self.token_list = list(token_list) if token_list is not None else None
+        self.token_list = list(config.token_list) if config.token_list is not None else None
         if encoder is None:
-            try:
-                encoder = AVHubertEncoder(**dict(encoder_conf or {}))
-            except TypeError as e:
-                raise ConfigError(f"encoder_conf: {e}") from e
-        elif encoder_conf:
-            raise ConfigError("AVSRModel: give either encoder= or encoder_conf, not both")
+            encoder = AVHubertEncoder(config=config.encoder_conf)
         if self.conf.av_batch_views != ("audiovisual",) and not hasattr(encoder, "encode_video"):
             raise ConfigError(f"model_conf: av_batch_views {list(self.conf.av_batch_views)} needs an encoder "
                               f"with encode_video (AVHubertEncoder); {type(encoder).__name__} has none")
@@ -222,8 +144,7 @@ class AVSRModel(nn.Module):
         offset = self.pad + 1 if self.pad is not None else 0  # fairseq positions start after <pad>
         self.decoder = None
         if self.ctc_weight < 1:
-            self.decoder = TransformerDecoder(vocab_size, d, decoder_conf, position_offset=offset)
-        search_config(self.default_decode_options(), "decode_defaults")  # a bad key fails at build time
+            self.decoder = TransformerDecoder(vocab_size, d, config.decoder_conf, position_offset=offset)
 
     @property
     def ctc_weight(self) -> float:
@@ -271,40 +192,32 @@ class AVSRModel(nn.Module):
         config = dict(loaded.model_config)
         if loaded.kind != "avsr":
             config["token_list"] = resolve_token_list(loaded, config["vocab_size"], dictionary, bpemodel)
-            config["encoder_conf"] = to_dict(AVHubertEncoderConfig(**loaded.encoder_conf))
+            config["encoder_conf"] = loaded.encoder_conf
         model = cls.from_config(config, str(loaded.path))
         load_state_strict(model, loaded.model_state, str(loaded.path), "model")
-        model.model_config = config
+        model.model_config = model.config.to_dict()
         return model.eval()
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], where: str = "model config") -> AVSRModel:
-        """Build from a mapping with keys ``vocab_size``, ``encoder_conf``, ``decoder_conf``, ``model_conf``
-        and, optionally, ``token_list``.
+    def from_config(cls, config: Mapping[str, Any] | ModelConfig, where: str = "model config") -> AVSRModel:
+        """Build from a model configuration: a mapping with keys ``vocab_size``, ``encoder_conf``,
+        ``decoder_conf``, ``model_conf`` and, optionally, ``token_list`` and ``decode_defaults`` (e.g. a
+        ``conf/model/*.yaml`` file's content, a checkpoint's ``model_config``), or a
+        :class:`~avsr.models.config.ModelConfig`.
 
         Args:
-            config: the mapping (e.g. a ``conf/model/*.yaml`` file's content).
+            config: the configuration.
             where: origin named in error messages (a file name).
 
         Raises:
-            avsr.config.ConfigError: unknown key at any level (named with ``where``), missing ``vocab_size``.
+            avsr.config.ConfigError: unknown key at any level (named with ``where``), missing ``vocab_size``,
+                a bad value.
         """
-        check_keys(config, CONFIG_KEYS, where)
-        if "vocab_size" not in config:
-            raise ConfigError(f"{where}: missing 'vocab_size'")
-        for key in ("encoder_conf", "decoder_conf", "model_conf"):
-            if config.get(key) is not None and not isinstance(config[key], Mapping):
-                raise ConfigError(f"{where}: {key} must be a mapping, got {type(config[key]).__name__}")
-        model_conf = from_dict(AVSRModelConfig, config.get("model_conf"), f"{where}: model_conf")
-        decoder_conf = from_dict(
-            TransformerDecoderConfig, config.get("decoder_conf"), f"{where}: decoder_conf"
-        )
         try:
-            return cls(
-                int(config["vocab_size"]), config.get("encoder_conf"), decoder_conf, **to_dict(model_conf),
-                token_list=config.get("token_list"), decode_defaults=config.get("decode_defaults"),
-            )
+            return cls(ModelConfig.from_mapping(config, where))
         except ConfigError as e:
+            if str(e).startswith(where):
+                raise
             raise ConfigError(f"{where}: {e}") from e
 
     @classmethod
@@ -323,7 +236,7 @@ class AVSRModel(nn.Module):
             avsr.config.ConfigError: missing/invalid file or unknown name (the shipped names are listed), an
                 unknown key or override (named), missing ``vocab_size``.
         """
-        check_keys(overrides, CONFIG_KEYS, f"{cls.__name__}.from_yaml override")
+        check_keys(overrides, ASR_KEYS, f"{cls.__name__}.from_yaml override")
         path = config_path(path, "model")
         config = load_yaml(path)
         for key, value in overrides.items():

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -36,118 +35,25 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from avsr.autograd import MomentumLabelMemory
-from avsr.config import ConfigError, check_keys, from_dict, load_yaml
-from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
+from avsr.config import ConfigError, load_yaml
+from avsr.encoder import AVHubertEncoder
+from avsr.models.config import AVHubertPretrainConfig, ModelConfig
 from avsr.nn.masking import apply_input_mask, compute_span_mask
 
 __all__ = ["AVHubertPretrainConfig", "AVHubertPretrainModel"]
 
-CONFIG_KEYS = ("encoder_conf", "pretrain_conf", "num_classes")
-MASKING_TYPES = ("input", "feature")
-VIDEO_SELECTION_TYPES = ("same_seq", "same_other_seq", "zero")
-LABEL_EMBEDDINGS = ("learned", "momentum")
 #: minimum number of mask spans per utterance (``min_masks=2`` in ``AVHubertModel.apply_input_mask``)
 MIN_MASKS = 2
-
-
-@dataclass
-class AVHubertPretrainConfig:
-    """The ``pretrain_conf`` section; names are AV-HuBERT's, defaults its iteration-5 BASE recipe
-    (``avhubert/conf/pretrain/base_lrs3_iter5.yaml``) except ``label_rate``.
-
-    Attributes:
-        label_rate: frame rate of the cluster labels in Hz (100: MFCC labels of iteration 1; 25: labels from
-            AV-HuBERT features, iterations 2-5).
-        sample_rate: frame rate of the model input in Hz (AV-HuBERT task ``sample_rate``: 25).
-        mask_prob_audio, mask_length_audio: audio span masking (0.8, 10 frames).
-        mask_prob_image, mask_length_image: video span masking (0.3, 5 frames; iterations 1-4 used 0.8, 10).
-        require_same_masks: every utterance of a batch keeps as many masked frames as the one with the
-            fewest (the original always does this; see :func:`avsr.nn.masking.compute_span_mask`).
-        selection_type: what replaces masked video frames: ``same_seq`` (a span of the same utterance),
-            ``same_other_seq`` (the same frames of another utterance; the original's dataclass default) or
-            ``zero``. Masked audio frames are replaced by the learned ``mask_emb``, as in the original.
-        masking_type: ``input`` (mask audio and video before the front-ends, separate masks, loss on their
-            union; iteration 5) or ``feature`` (one mask on the fused features after ``dropout_input``,
-            filled with ``mask_emb``; iterations 1-4, needs equal audio and image mask settings).
-        final_dim: size of the projected frames and label embeddings (0: ``encoder_embed_dim``).
-        untie_final_proj: one projection per label set (``final_proj`` outputs ``final_dim`` x sets).
-        logit_temp: the cosine similarities are divided by it.
-        pred_masked_weight, pred_nomask_weight: weights of the loss on masked / unmasked frames (criterion
-            ``av_hubert``); with ``pred_nomask_weight`` 0 the unmasked loss and accuracy are computed for the
-            stats only, without gradient.
-        loss_weights: ``[w]``: weight of the ``features_pen`` term (mean square of the fused front-end
-            features); ``[]`` for none.
-        label_embedding: ``learned`` (the original's ``label_embs_concat``) or ``momentum`` (a
-            :class:`avsr.autograd.MomentumLabelMemory` per label set, temperature ``logit_temp``).
-        label_memory_momentum: momentum ``m`` of the memory update (NPID's default 0.5).
-    """
-
-    label_rate: float = 100
-    sample_rate: float = 25
-    mask_prob_audio: float = 0.8
-    mask_length_audio: int = 10
-    mask_prob_image: float = 0.3
-    mask_length_image: int = 5
-    require_same_masks: bool = True
-    selection_type: str = "same_seq"
-    masking_type: str = "input"
-    final_dim: int = 256
-    untie_final_proj: bool = True
-    logit_temp: float = 0.1
-    pred_masked_weight: float = 1.0
-    pred_nomask_weight: float = 0.0
-    loss_weights: list[float] = field(default_factory=lambda: [10.0])
-    label_embedding: str = "learned"
-    label_memory_momentum: float = 0.5
-
-    def __post_init__(self) -> None:
-        """Check values. Raises :class:`avsr.config.ConfigError` naming the offending key."""
-        def number(name: str) -> float:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{name} must be a number, got {value!r}")
-            return float(value)
-
-        for name in ("label_rate", "sample_rate", "logit_temp"):
-            if not number(name) > 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("mask_prob_audio", "mask_prob_image", "label_memory_momentum"):
-            if not 0.0 <= number(name) <= 1.0:
-                raise ConfigError(f"{name} must lie in [0, 1], got {getattr(self, name)!r}")
-        for name in ("pred_masked_weight", "pred_nomask_weight"):
-            if not number(name) >= 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        for name, low in (("mask_length_audio", 1), ("mask_length_image", 1), ("final_dim", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"{name} must be an integer >= {low}, got {value!r}")
-        choices = (("selection_type", VIDEO_SELECTION_TYPES), ("masking_type", MASKING_TYPES),
-                   ("label_embedding", LABEL_EMBEDDINGS))
-        for name, allowed in choices:
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        weights = [] if self.loss_weights is None else self.loss_weights
-        if (not isinstance(weights, (list, tuple)) or len(weights) > 1
-                or any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights)):
-            raise ConfigError(f"loss_weights must be [] or [w] with w >= 0 (the features_pen weight), got "
-                              f"{self.loss_weights!r}")
-        self.loss_weights = [float(w) for w in weights]
-        if self.masking_type == "feature" and (self.mask_prob_audio != self.mask_prob_image
-                                               or self.mask_length_audio != self.mask_length_image):
-            raise ConfigError("masking_type 'feature' uses one mask for both modalities: mask_prob_audio/"
-                              "mask_length_audio must equal mask_prob_image/mask_length_image, got "
-                              f"{self.mask_prob_audio}/{self.mask_length_audio} and "
-                              f"{self.mask_prob_image}/{self.mask_length_image}")
 
 
 class AVHubertPretrainModel(nn.Module):
     """AV-HuBERT encoder + masked cluster prediction head and loss.
 
     Args:
-        num_classes: number of clusters ``K`` of each label set (e.g. ``[500]``, or ``[100, 500]`` for two
-            label sets predicted at once).
-        encoder_conf: options of :class:`avsr.encoder.AVHubertEncoder` (mapping or config object).
-        pretrain_conf: :class:`AVHubertPretrainConfig` or a mapping of its fields.
+        config: the model's configuration, :class:`avsr.models.config.ModelConfig` (or a mapping of it):
+            ``num_classes`` (clusters ``K`` of each label set, e.g. ``[500]``, or ``[100, 500]`` for two label
+            sets predicted at once), ``encoder_conf`` (:class:`avsr.encoder.AVHubertEncoderConfig`; None: its
+            defaults) and ``pretrain_conf`` (:class:`AVHubertPretrainConfig`).
 
     Submodules/parameters (names as the original's, so state-dict keys of ``encoder.`` match AVSRModel's):
     ``encoder``; ``final_proj`` (Linear ``D -> final_dim * sets`` when ``untie_final_proj``, else
@@ -164,23 +70,12 @@ class AVHubertPretrainModel(nn.Module):
     #: the trainer calls ``model(*[batch[k] for k in batch_keys])``
     batch_keys = ("audio", "video", "lengths", "labels")
 
-    def __init__(self, num_classes: Sequence[int],
-                 encoder_conf: Mapping[str, Any] | AVHubertEncoderConfig | None = None,
-                 pretrain_conf: Mapping[str, Any] | AVHubertPretrainConfig | None = None) -> None:
+    def __init__(self, config: ModelConfig | Mapping[str, Any]) -> None:
         super().__init__()
-        if isinstance(num_classes, int) and not isinstance(num_classes, bool):
-            num_classes = [num_classes]
-        if (not isinstance(num_classes, Sequence) or not num_classes
-                or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in num_classes)):
-            raise ConfigError(f"num_classes must be a positive integer or a list of them, got "
-                              f"{num_classes!r}")
-        if not isinstance(pretrain_conf, AVHubertPretrainConfig):
-            pretrain_conf = from_dict(AVHubertPretrainConfig, pretrain_conf, "pretrain_conf")
-        if isinstance(encoder_conf, AVHubertEncoderConfig):
-            self.encoder = AVHubertEncoder(config=encoder_conf)
-        else:
-            self.encoder = AVHubertEncoder(**(encoder_conf or {}))
-        self.conf = pretrain_conf
+        self.config = config = ModelConfig.from_mapping(config).for_pretraining()
+        self.encoder = AVHubertEncoder(config=config.encoder_conf)
+        self.conf = pretrain_conf = config.pretrain_conf
+        num_classes = config.num_classes
         self.num_classes = [int(k) for k in num_classes]
         d = self.encoder.output_size()
         self.final_dim = pretrain_conf.final_dim if pretrain_conf.final_dim > 0 else d
@@ -201,8 +96,10 @@ class AVHubertPretrainModel(nn.Module):
             )
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any], where: str = "model config") -> AVHubertPretrainModel:
-        """Build from ``{"encoder_conf": {...}, "pretrain_conf": {...}, "num_classes": [K, ...]}``.
+    def from_config(cls, config: Mapping[str, Any] | ModelConfig, where: str = "model config"
+                    ) -> AVHubertPretrainModel:
+        """Build from ``{"encoder_conf": {...}, "pretrain_conf": {...}, "num_classes": [K, ...]}`` or a
+        :class:`~avsr.models.config.ModelConfig`.
 
         Args:
             config: the mapping (``num_classes`` required; it may also be a single integer).
@@ -212,19 +109,11 @@ class AVHubertPretrainModel(nn.Module):
             avsr.config.ConfigError: unknown key at any level (named with ``where``), missing or invalid
                 ``num_classes``, a section that is not a mapping, or a bad value (key named).
         """
-        check_keys(config, CONFIG_KEYS, where)
-        if "num_classes" not in config:
-            raise ConfigError(f"{where}: missing 'num_classes'")
-        for key in ("encoder_conf", "pretrain_conf"):
-            if config.get(key) is not None and not isinstance(config[key], Mapping):
-                raise ConfigError(f"{where}: {key} must be a mapping, got {type(config[key]).__name__}")
-        encoder_conf = from_dict(AVHubertEncoderConfig, config.get("encoder_conf"), f"{where}: encoder_conf")
-        pretrain_conf = from_dict(
-            AVHubertPretrainConfig, config.get("pretrain_conf"), f"{where}: pretrain_conf"
-        )
         try:
-            return cls(config["num_classes"], encoder_conf, pretrain_conf)
+            return cls(ModelConfig.from_mapping(config, where))
         except ConfigError as e:
+            if str(e).startswith(where):
+                raise
             raise ConfigError(f"{where}: {e}") from e
 
     @classmethod

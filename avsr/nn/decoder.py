@@ -29,8 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from avsr.config import Config, ConfigError, from_dict, option, probability
 from avsr.nn.precision import fp32_context
-from avsr.nn.transformer import attention, get_activation_fn
+from avsr.nn.transformer import ACTIVATIONS, attention, get_activation_fn
 
 __all__ = [
     "TransformerDecoderConfig",
@@ -41,7 +42,7 @@ __all__ = [
 
 
 @dataclass
-class TransformerDecoderConfig:
+class TransformerDecoderConfig(Config):
     """Hyper-parameters of :class:`TransformerDecoder` (fairseq / AV-HuBERT names).
 
     Attributes:
@@ -62,29 +63,27 @@ class TransformerDecoderConfig:
             tokens, which the ``search: fairseq`` mode of the beam search reproduces.
     """
 
-    decoder_layers: int = 6
-    decoder_embed_dim: int = 768
-    decoder_ffn_embed_dim: int = 3072
-    decoder_attention_heads: int = 12
+    decoder_layers: int = option(6, ge=0)
+    decoder_embed_dim: int = option(768, ge=1)
+    decoder_ffn_embed_dim: int = option(3072, ge=1)
+    decoder_attention_heads: int = option(12, ge=1)
     decoder_normalize_before: bool = True
-    dropout: float = 0.1
-    attention_dropout: float = 0.0
-    activation_dropout: float = 0.1
-    decoder_layerdrop: float = 0.0
+    dropout: float = probability(0.1)
+    attention_dropout: float = probability(0.0)
+    activation_dropout: float = probability(0.1)
+    decoder_layerdrop: float = probability(0.0)
     share_decoder_input_output_embed: bool = False
     no_scale_embedding: bool = False
-    activation_fn: str = "relu"
-    max_target_positions: int = 2048
+    activation_fn: str = option("relu", choices=sorted(ACTIVATIONS))
+    max_target_positions: int = option(2048, ge=2)
 
-    def __post_init__(self) -> None:
-        if self.max_target_positions < 2:
-            raise ValueError(f"max_target_positions must be >= 2, got {self.max_target_positions}")
+    def check(self) -> None:
+        """The rules between fields. Raises :class:`avsr.config.ConfigError` naming the keys."""
         if self.decoder_embed_dim % self.decoder_attention_heads != 0:
-            raise ValueError(
+            raise ConfigError(
                 f"decoder_embed_dim ({self.decoder_embed_dim}) must be divisible by "
                 f"decoder_attention_heads ({self.decoder_attention_heads})"
             )
-        get_activation_fn(self.activation_fn)
 
 
 def sinusoidal_positions(positions: Tensor, dim: int) -> Tensor:
@@ -350,8 +349,6 @@ class TransformerDecoder(nn.Module):
     ) -> None:
         super().__init__()
         if not isinstance(cfg, TransformerDecoderConfig):
-            from avsr.config import from_dict
-
             cfg = from_dict(TransformerDecoderConfig, cfg or {}, "decoder_conf")
         self.cfg = cfg
         d = cfg.decoder_embed_dim

@@ -322,7 +322,7 @@ class ResEncoder(nn.Module):
     around it); ``"bf16"`` / ``"fp32"`` = this module computes under
     :func:`avsr.nn.precision.autocast_context` of that precision whatever the caller's, and returns its
     output in the input's dtype (float32 for float32 video). ``"bf16"`` in float32 training on CPU is the
-    training setting ``video_precision`` (:class:`avsr.train.trainer.TrainConfig`): the ResNet's
+    training setting ``video_precision`` (:class:`avsr.train.config.TrainConfig`): the ResNet's
     memory-bound BatchNorm, PReLU and pooling move half the bytes and oneDNN's bfloat16 convolutions are
     faster, while the transformer stays float32.
 

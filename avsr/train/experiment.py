@@ -1,11 +1,12 @@
 """An experiment directory set up from a training configuration: what ``avsr-train`` does before the loop.
 
-:func:`setup_experiment` reads the training YAML (:func:`avsr.train.trainer.load_train_config`), applies the
-command line's overrides, builds the model -- an ``AVSRModel`` (ASR training, with a sentencepiece
-tokenizer) or an ``AVHubertPretrainModel`` (pretraining, when the YAML has ``pretrain_conf``, with cluster
-label sets) -- optionally starting its encoder from a checkpoint (:func:`init_encoder`), writes the
-experiment directory (``config.yaml``, ``bpe.model``; :func:`write_experiment`), reads the data dirs into
-datasets (:func:`build_datasets`) and returns the :class:`~avsr.train.trainer.Trainer`.
+:func:`setup_experiment` reads the training YAML into its typed tree
+(:func:`avsr.train.config.load_experiment_config`), applies the command line's overrides, builds the model
+-- an ``AVSRModel`` (ASR training, with a sentencepiece tokenizer) or an ``AVHubertPretrainModel``
+(pretraining, when the YAML has ``pretrain_conf``, with cluster label sets) -- optionally starting its
+encoder from a checkpoint (:func:`init_encoder`), writes the experiment directory (``config.yaml``,
+``bpe.model``; :func:`write_experiment`), reads the data dirs into datasets (:func:`build_datasets`)
+and returns the :class:`~avsr.train.trainer.Trainer`.
 
 Resume policy (:func:`keep_promise`): re-running into an experiment whose ``config.yaml`` differs from the
 new settings and that holds checkpoints is refused with the differing keys named, unless the change is
@@ -27,13 +28,15 @@ from pathlib import Path
 import torch
 import yaml
 
-from avsr.config import ConfigError, UsageError, parse_yaml
+from avsr.config import ConfigError, UsageError, from_dict, parse_yaml
 from avsr.data.datadir import read_datadir
 from avsr.data.dataset import AVDataset, LabelSet
 from avsr.data.tokenizer import Tokenizer
 from avsr.fileio import remove_stale_tmp, write_text_atomic
+from avsr.models.config import ModelConfig
 from avsr.nn.precision import flush_denormal
-from avsr.train.trainer import TrainConfig, Trainer, build_audio_augment, build_noise, load_train_config
+from avsr.train.config import TrainConfig, load_experiment_config
+from avsr.train.trainer import Trainer, build_audio_augment, build_noise
 
 __all__ = ["ExperimentOptions", "ModelSetup", "FREE_ON_RESUME", "OVERRIDES", "setup_experiment",
            "load_label_sets", "init_encoder", "build_model", "keep_promise", "write_experiment",
@@ -45,7 +48,7 @@ logger = logging.getLogger("avsr.train")
 #: settings, which change no result beyond float rounding.
 FREE_ON_RESUME = frozenset({"max_epoch", "precision", "video_precision", "compile", "checkpoint_activations",
                             "cache_limit_mb", "flush_denormal"})
-#: :class:`~avsr.train.trainer.TrainConfig` fields that :class:`ExperimentOptions` may override.
+#: :class:`~avsr.train.config.TrainConfig` fields that :class:`ExperimentOptions` may override.
 OVERRIDES = ("max_epoch", "precision", "video_precision", "compile", "checkpoint_activations")
 
 
@@ -118,14 +121,15 @@ def setup_experiment(opts: ExperimentOptions) -> Trainer:
             files (named).
         RuntimeError: ``ngpu > 0`` without CUDA.
     """
-    cfg, model_part = load_train_config(opts.config)
+    experiment = load_experiment_config(opts.config)
+    cfg = experiment.train
     for key in OVERRIDES:
         if getattr(opts, key) is not None:
-            setattr(cfg, key, getattr(opts, key))
+            cfg = dataclasses.replace(cfg, **{key: getattr(opts, key)})  # checked as the YAML's values
     if cfg.flush_denormal:  # before any parallel op: the intra-op threads inherit the flag when created
         flush_denormal(True)
     torch.manual_seed(cfg.seed)
-    setup = build_model(opts, model_part)
+    setup = build_model(opts, experiment.model)
     write_experiment(opts.exp_dir, cfg, setup, opts.bpemodel, opts.allow_config_change)
     train_set, valid_set = build_datasets(opts, cfg, setup)
     device = training_device(opts.ngpu)
@@ -171,29 +175,30 @@ def init_encoder(model: torch.nn.Module, path: Path) -> None:
     logger.info("encoder initialised from %s (%d tensors)", path, len(enc))
 
 
-def build_model(opts: ExperimentOptions, model_part: dict) -> ModelSetup:
-    """The model of a training YAML's model settings (``pretrain_conf`` present: pretraining).
+def build_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
+    """The model of a training YAML's model sections (``pretrain_conf`` present: pretraining).
 
-    Pretraining reads the label sets ``opts.labels`` of both data dirs and takes the label rate from them
-    (100 Hz MFCC clusters, 25 Hz layer clusters); ``decoder_conf`` / ``model_conf`` are then not used
-    (logged). ASR training reads the tokenizer ``opts.bpemodel`` (its vocabulary size goes into the model
-    configuration). With ``opts.init_encoder`` the encoder starts from that checkpoint's.
+    Pretraining reads the label sets ``opts.labels`` of both data dirs, which give ``num_classes`` and the
+    label rate (100 Hz MFCC clusters, 25 Hz layer clusters). ASR training reads the tokenizer
+    ``opts.bpemodel``, which gives ``vocab_size``. With ``opts.init_encoder`` the encoder starts from that
+    checkpoint's.
 
     Raises:
         ConfigError: no ``--labels`` for pretraining, label sets of different rates, no ``--bpemodel`` for
             ASR training, an ``--init-encoder`` checkpoint that does not fit.
         FileNotFoundError, TokenizerError, ValueError: missing or malformed tokenizer or label files.
     """
-    if "pretrain_conf" in model_part:
-        setup = _pretrain_model(opts, model_part)
+    if config.pretraining:
+        setup = _pretrain_model(opts, config)
     else:
         from avsr.models.asr import AVSRModel
 
         if opts.bpemodel is None:
             raise ConfigError(f"{opts.config} is an ASR training config: --bpemodel is required")
         tokenizer = Tokenizer(opts.bpemodel)
-        model_config = {"vocab_size": tokenizer.vocab_size, **model_part}
-        setup = ModelSetup(AVSRModel.from_config(model_config), model_config, tokenizer)
+        model = AVSRModel.from_config(dataclasses.replace(config, vocab_size=tokenizer.vocab_size),
+                                      str(opts.config))
+        setup = ModelSetup(model, model.config.to_dict(), tokenizer)
     if opts.init_encoder is not None:
         init_encoder(setup.model, opts.init_encoder)
     n_params = sum(p.numel() for p in setup.model.parameters())
@@ -201,8 +206,9 @@ def build_model(opts: ExperimentOptions, model_part: dict) -> ModelSetup:
     return setup
 
 
-def _pretrain_model(opts: ExperimentOptions, model_part: dict) -> ModelSetup:
+def _pretrain_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
     """The ``AVHubertPretrainModel`` of :func:`build_model`, with its label sets."""
+    from avsr.models.config import AVHubertPretrainConfig
     from avsr.models.pretrain import AVHubertPretrainModel
 
     if not opts.labels:
@@ -213,16 +219,12 @@ def _pretrain_model(opts: ExperimentOptions, model_part: dict) -> ModelSetup:
     rates = {s.label_rate for s in train_labels}
     if len(rates) != 1:
         raise ConfigError(f"--labels {opts.labels}: label sets differ in label rate {sorted(rates)}")
-    ignored = [k for k in ("decoder_conf", "model_conf") if k in model_part]
-    if ignored:
-        logger.info("pretraining: %s of %s not used", ignored, opts.config)
-    model_part = {k: v for k, v in model_part.items() if k not in ignored}
     # the label rate is the labels' own (100 Hz MFCC clusters, 25 Hz layer clusters)
-    model_part["pretrain_conf"] = {**model_part["pretrain_conf"], "label_rate": rates.pop()}
-    model_config = {**model_part, "num_classes": num_classes}
-    model = AVHubertPretrainModel.from_config(model_config)
+    head = dataclasses.replace(config.pretrain_conf or AVHubertPretrainConfig(), label_rate=rates.pop())
+    model = AVHubertPretrainModel.from_config(
+        dataclasses.replace(config, pretrain_conf=head, num_classes=num_classes), str(opts.config))
     logger.info("pretraining: label sets %s, classes %s", opts.labels, num_classes)
-    return ModelSetup(model, model_config, None, train_labels, valid_labels)
+    return ModelSetup(model, model.config.to_dict(), None, train_labels, valid_labels)
 
 
 def _flatten(value: object, prefix: str = "") -> dict[str, object]:
@@ -233,6 +235,21 @@ def _flatten(value: object, prefix: str = "") -> dict[str, object]:
             out.update(_flatten(v, f"{prefix}{k}."))
         return out
     return {prefix[:-1]: value}
+
+
+def _complete(settings: dict) -> dict:
+    """``config.yaml``'s settings with every default filled in (through :class:`TrainConfig` and
+    :class:`~avsr.models.config.ModelConfig`), so that a file written before a setting existed, or without
+    the defaults, compares equal to the same settings written in full; as they are where they do not build
+    (a setting since removed)."""
+    train_keys = {f.name for f in dataclasses.fields(TrainConfig)}
+    try:
+        train = from_dict(TrainConfig, {k: v for k, v in settings.items() if k in train_keys})
+        model = ModelConfig.from_mapping({k: v for k, v in settings.items() if k not in train_keys})
+        model = model.for_pretraining() if model.pretraining else model.for_asr()
+    except ConfigError:
+        return settings
+    return {**train.to_dict(), **model.to_dict()}
 
 
 def keep_promise(exp_dir: Path, resolved: dict, allow_change: bool) -> None:
@@ -252,8 +269,8 @@ def keep_promise(exp_dir: Path, resolved: dict, allow_change: bool) -> None:
     trained = (exp_dir / "checkpoint.pt").is_file() or any(exp_dir.glob("epoch*.pt"))
     if not (path.is_file() and trained):
         return
-    old = _flatten(parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {})
-    new = _flatten(yaml.safe_load(yaml.safe_dump(resolved)))  # as it would be written
+    old = _flatten(_complete(parse_yaml(path.read_text(encoding="utf-8"), str(path)) or {}))
+    new = _flatten(_complete(yaml.safe_load(yaml.safe_dump(resolved))))  # as it would be written
     differ = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     free = [k for k in differ if k in FREE_ON_RESUME]
     if free:  # written to config.yaml by the caller, the change logged here
@@ -292,8 +309,7 @@ def write_experiment(exp_dir: Path, cfg: TrainConfig, setup: ModelSetup, bpemode
     exp_dir.mkdir(parents=True, exist_ok=True)
     for path in remove_stale_tmp(exp_dir):
         logger.info("removed %s, left by an interrupted write", path)
-    resolved = {**dataclasses.asdict(cfg), **setup.model_config}
-    resolved["betas"] = list(resolved["betas"])
+    resolved = {**cfg.to_dict(), **setup.model_config}
     keep_promise(exp_dir, resolved, allow_change)
     if setup.tokenizer is not None:
         shutil.copyfile(bpemodel, exp_dir / "bpe.model")
