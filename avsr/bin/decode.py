@@ -1,40 +1,6 @@
-"""Decode a test set under every modality and noise condition (the recipe's decoding stage).
-
-For each modality (``audio``, ``video``, ``audiovisual``) and condition (``clean``, then ``<noise>_<snr>`` for
-each SNR when a noise file is given) the tool writes ``<out>/<test_set>/<modality>/<condition>/hyp`` and
-``ref`` (Kaldi text: ``<utt-id> WORDS``), each atomically, and ``failed`` (``<utt-id> <reason>``) when some
-utterances could not be decoded (they are reported and skipped, the others decoded). A condition whose ``hyp``
-exists is skipped, so an interrupted decoding resumes -- when the settings match: each modality directory
-records them in ``decode_settings.yaml`` (model, checkpoints chosen with their sizes and times, tokenizer,
-decoding configuration, data dir, precision; each noisy condition its noise file), and a directory holding
-results made with other settings is refused with the differing keys named, or cleared and decoded anew with
-``--overwrite``. The stage is :func:`avsr.inference.decode_dir.decode_test_set`; this tool parses its
-arguments. All decoding goes through :class:`avsr.inference.Transcriber` (the same path as ``avsr
-transcribe`` and Python users): the noise segment and the SNR of an utterance are a function of its id, so
-every run decodes the same noisy audio. Each utterance gets the silent edges of the model's training audio
-where its audio, as mixed for the condition, shows them (``--edge-frames``, the Transcriber's
-``edge_frames``; recorded in ``decode_settings.yaml`` when inputs are changed). Without that change,
-video-only input does not depend on the audio noise: it is decoded once and its hypotheses are written for
-every condition; with it, video-only input is decoded in every condition (a noisy recording hides the
-edges). Audio-visual and video-only decoding run the video front-end once per utterance and change of its
-edges and reuse its output in the other noise conditions (the Transcriber's ``video_cache``). Audio-visual
-hypotheses are ranked with the model's single-stream views too where the decoding configuration's
-``video_weight`` or ``audio_weight`` (or, when null, the model's default) is above 0; the audio-visual
-directory's ``decode_settings.yaml`` then records both (``view_weights``), and the other modalities' do not.
-
-Before anything is decoded, every media file the chosen modalities read (``wav.scp`` for audio and
-audio-visual decoding and, with the training edges, for video-only decoding too; ``video.scp`` for video and
-audio-visual decoding) must exist: a data dir with a missing file or entry is refused in one line naming the
-utterance and the file (exit status 1), rather than scored with the utterance as a failure. Utterances whose
-files exist but cannot be decoded (unreadable media, too short) are listed in ``failed`` and scored as all
-errors (``avsr.bin.score`` says how many).
-
-The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
-accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``: an avsr checkpoint or an official fine-tuned
-AV-HuBERT one (fairseq ``av_hubert_seq2seq``/``av_hubert_ctc``, read by :mod:`avsr.compat`) with its
-sentencepiece model as ``--bpemodel`` (default: the one pickled in the checkpoint). Decode such a model with
-``conf/decode/avhubert_s2s.yaml`` (fairseq's beam search, as AV-HuBERT's ``infer_s2s.py``); its lower-case
-hypotheses are upper-cased, as avsr's references.
+"""Decode a test set under every modality and noise condition (the recipe's decoding stage), with
+:func:`avsr.inference.decode_dir.decode_test_set` (whose module documents the stage: outputs, resuming,
+settings, missing media, the model chosen); ``--help`` prints it.
 
 Usage: ``python -m avsr.bin.decode --exp-dir exp/x --data data/test --test-set test --decode-config
 conf/decode/default.yaml [--noise-file babble.wav --snrs 10 5 0 -5] --out exp/x/decode``, or
@@ -50,10 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-
 from avsr.bin.runner import UsageError, tool
-from avsr.inference import parse_edge_frames
+from avsr.inference import decode_dir, inference_device, parse_edge_frames
 from avsr.inference.decode_dir import DecodeJob, SettingsConflict, decode_test_set
 from avsr.modalities import MODALITY_INPUTS
 from avsr.nn.precision import PRECISIONS
@@ -63,7 +27,8 @@ logger = logging.getLogger("avsr.decode")
 
 def _parser() -> argparse.ArgumentParser:
     """The command line of the tool (see the module docstring)."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=f"{decode_dir.__doc__}\n{__doc__}",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--exp-dir", type=Path, default=None, help="training dir (needed without --checkpoint)")
     p.add_argument("--data", required=True, type=Path, help="test data dir")
     p.add_argument("--test-set", default=None, help="name in the results (default: data dir name)")
@@ -107,11 +72,7 @@ def main(argv: list[str] | None = None) -> int | None:
         p.error(f"--edge-frames: {exc}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-    device = torch.device("cuda" if args.ngpu > 0 else "cpu")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--ngpu > 0 but CUDA is not available")
-    if device.type == "cpu":
-        torch.set_num_threads(args.num_threads)
+    device = inference_device("cuda" if args.ngpu > 0 else "cpu", args.num_threads)
     bpemodel = args.bpemodel
     if bpemodel is None and args.exp_dir is not None:
         bpemodel = args.exp_dir / "bpe.model"

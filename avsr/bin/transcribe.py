@@ -33,8 +33,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from avsr.bin.runner import tool
 from avsr.fileio import write_text_atomic
 from avsr.inference import (
@@ -43,6 +41,8 @@ from avsr.inference import (
     TranscribeItem,
     Transcriber,
     Transcript,
+    collect_media,
+    inference_device,
     parse_edge_frames,
 )
 from avsr.inference.segments import MIN_SEGMENT_S
@@ -50,28 +50,6 @@ from avsr.modalities import MODALITY_INPUTS
 from avsr.nn.precision import PRECISIONS
 
 logger = logging.getLogger("avsr.transcribe")
-
-#: file name endings taken from a folder.
-VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".mpg", ".mpeg")
-
-
-def collect_inputs(paths: list[Path]) -> tuple[list[Path], dict[Path, str]]:
-    """The files to transcribe: each path given, or for a folder every video in it (sorted, recursive); and
-    the paths that give none (no such file or folder, a folder without video) with the reason."""
-    files: list[Path] = []
-    bad: dict[Path, str] = {}
-    for path in paths:
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix.lower() in VIDEO_SUFFIXES and p.is_file())
-            if not found:
-                bad[path] = f"{path}: no video ({', '.join(VIDEO_SUFFIXES)}) in this folder"
-            files += found
-        elif path.is_file():
-            files.append(path)
-        else:
-            bad[path] = f"{path}: no such file or folder"
-    return files, bad
-
 
 def cli_message(message: str) -> str:
     """An error of :mod:`avsr.inference` with its arguments named as this tool's options
@@ -169,11 +147,8 @@ def main(argv: list[str] | None = None) -> int | None:
     if (args.noise is None) != (args.snr_db is None):
         p.error("--noise and --snr-db go together")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        p.error("--device cuda but CUDA is not available")
-    if args.device == "cpu":
-        torch.set_num_threads(args.num_threads)
-    files, bad = collect_inputs(args.inputs)
+    device = inference_device(args.device, args.num_threads)
+    files, bad = collect_media(args.inputs)
     for reason in bad.values():
         print(f"avsr-transcribe: error: {reason}", file=sys.stderr)
     if not files:
@@ -181,7 +156,7 @@ def main(argv: list[str] | None = None) -> int | None:
     segment_s = _segment_s(p, args.max_segment_s)
     overrides = {"beam_size": args.beam_size} if args.beam_size is not None else None
     transcriber = Transcriber.from_pretrained(
-        args.checkpoint, bpemodel=args.bpemodel, device=args.device, decode_config=args.decode_config,
+        args.checkpoint, bpemodel=args.bpemodel, device=device, decode_config=args.decode_config,
         average_nbest=args.average_nbest, precision=args.precision, max_segment_s=segment_s,
         edge_frames=edge_frames, decode_overrides=overrides)
     items = [TranscribeItem(video=f, audio=f, key=f.stem) for f in files]

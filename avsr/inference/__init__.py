@@ -25,8 +25,14 @@ Errors speak to the caller of this API (``modality='audio'``, ``edge_frames``); 
 translate them to their options.
 """
 
-from avsr.inference.inputs import load_audio, load_item, load_video
-from avsr.inference.pretrained import load_pretrained, model_defaults, model_edge_frames, model_view_weights
+from avsr.inference.inputs import collect_media, load_audio, load_item, load_video
+from avsr.inference.pretrained import (
+    inference_device,
+    load_pretrained,
+    model_defaults,
+    model_edge_frames,
+    model_view_weights,
+)
 from avsr.inference.segments import (
     DEFAULT_SEGMENT_S,
     EdgeRanges,
@@ -54,5 +60,5 @@ __all__ = [
     "frame_motion", "model_defaults", "model_edge_frames", "model_view_weights", "parse_edge_frames",
     "pause_cuts", "load_pretrained", "load_item", "load_audio", "load_video", "EdgeRanges",
     "DEFAULT_SEGMENT_S", "FPS", "SAMPLE_RATE", "ROI_SIZE", "MIN_FRAMES", "MAX_FRAME_DIFF", "MAX_EDGE_FRAMES",
-    "MODALITY_INPUTS",
+    "MODALITY_INPUTS", "collect_media", "inference_device",
 ]

@@ -1,15 +1,41 @@
-"""The recipe's decoding stage: a test set under every modality and noise condition, into a decode directory.
+"""The recipe's decoding stage (:func:`decode_test_set`, ``avsr.bin.decode``): a test set under every
+modality and noise condition, into a decode directory.
 
-For each modality and condition (``clean``, then ``<noise>_<snr>`` for each SNR of the noise file) the stage
-writes ``<out>/<test_set>/<modality>/<condition>/hyp`` and ``ref`` (Kaldi text: ``<utt-id> WORDS``), each
-atomically, and ``failed`` (``<utt-id> <reason>``) when some utterances could not be decoded. A condition
-whose ``hyp`` exists is skipped, so an interrupted decoding resumes -- when the settings match: each modality
-directory records them in ``decode_settings.yaml`` (:func:`decode_settings`), and a directory holding results
-made with other settings is refused (:class:`SettingsConflict`) or cleared with ``overwrite``
-(:func:`claim`). Every utterance is decoded by one :class:`avsr.inference.transcriber.Transcriber`; video-only
-hypotheses are decoded once and written for every condition unless the inputs get the training edges (found
-in the audio as mixed for each condition), and the video front-end's output is reused across conditions (the
-Transcriber's ``video_cache``). See ``avsr.bin.decode`` for the whole story.
+For each modality (``audio``, ``video``, ``audiovisual``) and condition (``clean``, then ``<noise>_<snr>`` for
+each SNR when a noise file is given) the stage writes ``<out>/<test_set>/<modality>/<condition>/hyp`` and
+``ref`` (Kaldi text: ``<utt-id> WORDS``), each atomically, and ``failed`` (``<utt-id> <reason>``) when some
+utterances could not be decoded (they are reported and skipped, the others decoded). A condition whose ``hyp``
+exists is skipped, so an interrupted decoding resumes -- when the settings match: each modality directory
+records them in ``decode_settings.yaml`` (:func:`decode_settings`: model, checkpoints chosen with their sizes
+and times, tokenizer, decoding configuration, data dir, precision; each noisy condition its noise file), and a
+directory holding results made with other settings is refused with the differing keys named
+(:class:`SettingsConflict`), or cleared and decoded anew with ``overwrite`` (:func:`claim`; ``--overwrite``).
+All decoding goes through :class:`avsr.inference.Transcriber` (the same path as ``avsr transcribe`` and Python
+users): the noise segment and the SNR of an utterance are a function of its id, so every run decodes the same
+noisy audio. Each utterance gets the silent edges of the model's training audio where its audio, as mixed for
+the condition, shows them (``edge_frames``, ``--edge-frames``; recorded in ``decode_settings.yaml`` when
+inputs are changed). Without that change, video-only input does not depend on the audio noise: it is decoded
+once and its hypotheses are written for every condition; with it, video-only input is decoded in every
+condition (a noisy recording hides the edges). Audio-visual and video-only decoding run the video front-end
+once per utterance and change of its edges and reuse its output in the other noise conditions (the
+Transcriber's ``video_cache``). Audio-visual hypotheses are ranked with the model's single-stream views too
+where the decoding configuration's ``video_weight`` or ``audio_weight`` (or, when null, the model's default)
+is above 0; the audio-visual directory's ``decode_settings.yaml`` then records both (``view_weights``), and
+the other modalities' do not.
+
+Before anything is decoded, every media file the chosen modalities read (``wav.scp`` for audio and
+audio-visual decoding and, with the training edges, for video-only decoding too; ``video.scp`` for video and
+audio-visual decoding) must exist: a data dir with a missing file or entry is refused in one line naming the
+utterance and the file (exit status 1), rather than scored with the utterance as a failure. Utterances whose
+files exist but cannot be decoded (unreadable media, too short) are listed in ``failed`` and scored as all
+errors (``avsr.bin.score`` says how many).
+
+The model is the element-wise average of the ``--average-nbest`` epoch checkpoints with the best validation
+accuracy (ESPnet's ``valid.acc.ave``), or ``--checkpoint``: an avsr checkpoint or an official fine-tuned
+AV-HuBERT one (fairseq ``av_hubert_seq2seq``/``av_hubert_ctc``, read by :mod:`avsr.compat`) with its
+sentencepiece model as ``--bpemodel`` (default: the one pickled in the checkpoint). Decode such a model with
+``conf/decode/avhubert_s2s.yaml`` (fairseq's beam search, as AV-HuBERT's ``infer_s2s.py``); its lower-case
+hypotheses are upper-cased, as avsr's references.
 """
 
 from __future__ import annotations

@@ -56,10 +56,37 @@ from avsr.inference.types import (
     Transcript,
 )
 
-__all__ = ["as_item", "given_modality", "noise_source", "load_item", "load_video", "load_audio",
-           "warn_low_rate"]
+__all__ = ["collect_media", "VIDEO_SUFFIXES", "as_item", "given_modality", "noise_source", "load_item",
+           "load_video", "load_audio", "warn_low_rate"]
 
 logger = logging.getLogger("avsr.inference")
+
+
+#: file name endings :func:`collect_media` takes from a folder.
+VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".mpg", ".mpeg")
+
+
+def collect_media(paths: list[Path]) -> tuple[list[Path], dict[Path, str]]:
+    """The files to transcribe of paths a user gives: each file, and for a folder every video in it (names
+    ending in one of :data:`VIDEO_SUFFIXES`, sorted, recursive).
+
+    Returns:
+        ``(files, bad)``: the files, and the paths that give none (no such file or folder, a folder without
+        video) with the reason, a line naming the path.
+    """
+    files: list[Path] = []
+    bad: dict[Path, str] = {}
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.suffix.lower() in VIDEO_SUFFIXES and p.is_file())
+            if not found:
+                bad[path] = f"{path}: no video ({', '.join(VIDEO_SUFFIXES)}) in this folder"
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            bad[path] = f"{path}: no such file or folder"
+    return files, bad
 
 
 def _name(source: Any) -> str:

@@ -14,7 +14,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from avsr.compat import FairseqTokenizer, read_checkpoint, tokenizer_for
+from avsr.config import UsageError
 from avsr.data.tokenizer import Tokenizer
 from avsr.decode.config import default_view_weights
 from avsr.inference.segments import EdgeRanges, stats_edges
@@ -22,9 +25,24 @@ from avsr.inference.types import PathLike
 from avsr.models.asr import AVSRModel
 from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 
-__all__ = ["load_pretrained", "model_defaults", "model_edge_frames", "model_view_weights"]
+__all__ = ["inference_device", "load_pretrained", "model_defaults", "model_edge_frames", "model_view_weights"]
 
 logger = logging.getLogger("avsr.inference")
+
+
+def inference_device(name: str, num_threads: int = 1) -> torch.device:
+    """The device to decode on: ``"cpu"`` (with ``num_threads`` intra-op threads: the beam search's small
+    tensor ops run fastest on 1) or ``"cuda"``.
+
+    Raises:
+        UsageError: ``"cuda"`` where CUDA is not available.
+    """
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device {name!r}: CUDA is not available here")
+    if device.type == "cpu":
+        torch.set_num_threads(num_threads)
+    return device
 
 
 def load_pretrained(source: PathLike, bpemodel: PathLike | None = None, average_nbest: int = 5
