@@ -259,6 +259,17 @@ def test_mfcc_pipeline_gives_100_hz_labels_and_quality(tmp_path, capsys):
     assert result["num_classes"] == 5 and result["num_frames"] == sum(map(len, labels.values()))
     assert 0.5 < result["phone_purity"] <= 1 and 0 < result["pnmi"] <= 1  # tones per phone: informative
     assert "| mfcc | 5 | 100 |" in capsys.readouterr().out
+    assert cluster_quality_cli.main(["--report", str(out)]) == 0
+    assert "| mfcc | 5 | 100 |" in capsys.readouterr().out
+    # a file that is not a quality result: one line naming it and what it lacks, exit status 1
+    for text, lacks in (("[1, 2]", "no labels, features"), ("{not json", "not JSON"),
+                        (json.dumps({**result, "pnmi": "high"}), "pnmi")):
+        (tmp_path / "other.json").write_text(text)
+        assert cluster_quality_cli.main(["--report", str(out), str(tmp_path / "other.json")]) == 1
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("avsr-cluster-quality: error: "), err
+        assert "other.json: not a cluster quality" in err, err
+        assert lacks in err and "\n" not in err, err
     (tmp_path / "spk_1.phn").unlink()
     with pytest.raises(PhoneAlignmentError, match=r"utterance 'spk_1': phone alignment .*spk_1\.phn not"):
         label_quality(data / "mfcc5.km", data)

@@ -42,6 +42,7 @@ DATA_ERRORS = (
     ("avsr.clustering.shards", "FeatureDumpError"),
     ("avsr.clustering.labels", "LabelError"),
     ("avsr.clustering.quality", "PhoneAlignmentError"),
+    ("avsr.clustering.quality", "QualityReportError"),
 )
 
 

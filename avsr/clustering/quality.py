@@ -39,6 +39,15 @@ class PhoneAlignmentError(ValueError):
     """A phone alignment is missing or malformed, or does not match the labels; the message names the file."""
 
 
+class QualityReportError(ValueError):
+    """A file given to :func:`quality_report` is not a cluster quality result; the message names the file."""
+
+
+#: the keys of a :func:`label_quality` result that :func:`results_row` reads.
+RESULT_KEYS = ("labels", "features", "num_classes", "label_rate", "num_frames", "phone_purity",
+               "cluster_purity", "pnmi")
+
+
 def read_phn(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read a ``.phn`` alignment (lines ``start_s end_s phone``, seconds, in time order).
 
@@ -220,14 +229,23 @@ def quality_report(paths: list[Path]) -> str:
     section the recipe adds to RESULTS.md (``avsr-cluster-quality --report``).
 
     Raises:
-        FileNotFoundError: a JSON file is missing; ValueError: it is not a cluster quality result (named).
+        FileNotFoundError: a JSON file is missing.
+        QualityReportError: a file that is not JSON, or not a cluster quality result (the file and what it
+            lacks named).
     """
     rows = []
     for path in paths:
-        result = json.loads(path.read_text(encoding="utf-8"))
-        missing = [k for k in ("labels", "phone_purity", "cluster_purity", "pnmi") if k not in result]
+        try:
+            result = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise QualityReportError(f"{path}: not a cluster quality result (not JSON: {e})") from e
+        missing = [k for k in RESULT_KEYS if not isinstance(result, dict) or k not in result]
         if missing:
-            raise ValueError(f"{path}: not a cluster quality result (no {missing})")
+            raise QualityReportError(f"{path}: not a cluster quality result (no {', '.join(missing)})")
+        wrong = [k for k in RESULT_KEYS[2:]
+                 if isinstance(result[k], bool) or not isinstance(result[k], (int, float))]
+        if wrong:
+            raise QualityReportError(f"{path}: not a cluster quality result ({', '.join(wrong)}: not numbers)")
         rows.append(results_row(result))
     return ("## Cluster quality\n\nPhone purity, cluster purity and PNMI of the pretraining targets against "
             "the festival phone alignments (HuBERT, Hsu et al. 2021, Sec. IV-D), on the training set.\n\n"
