@@ -245,7 +245,8 @@ def quality_report(paths: list[Path]) -> str:
         wrong = [k for k in RESULT_KEYS[2:]
                  if isinstance(result[k], bool) or not isinstance(result[k], (int, float))]
         if wrong:
-            raise QualityReportError(f"{path}: not a cluster quality result ({', '.join(wrong)}: not numbers)")
+            raise QualityReportError(
+                f"{path}: not a cluster quality result ({', '.join(wrong)}: not numbers)")
         rows.append(results_row(result))
     return ("## Cluster quality\n\nPhone purity, cluster purity and PNMI of the pretraining targets against "
             "the festival phone alignments (HuBERT, Hsu et al. 2021, Sec. IV-D), on the training set.\n\n"
