@@ -126,33 +126,22 @@ def make_adamw(params, cfg: TrainConfig) -> torch.optim.AdamW:
 
 
 def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
-    """The training-time audio feature augmentation of ``cfg`` (None when it has none).
+    """The training-time audio feature augmentation of ``cfg`` (None when it has none). The values are
+    checked by :class:`TrainConfig`'s fields; what is left is the augmentation's own combined check.
 
     Raises:
-        ConfigError: a malformed ``freq_warp`` or ``edge_silence_frames``, a negative ``num_freq_mask``/
-            ``freq_mask_width``/``num_time_mask``/``time_mask_width`` or a non-positive ``speed_perturb``
-            factor.
+        ConfigError: settings that do not go together (:meth:`avsr.data.dataset.AudioAugment.check`).
     """
-    warp = None
-    if cfg.freq_warp is not None:
-        if len(cfg.freq_warp) != 2:
-            raise ConfigError(f"freq_warp must be [low, high], got {cfg.freq_warp}")
-        warp = (float(cfg.freq_warp[0]), float(cfg.freq_warp[1]))
-    speed = tuple(float(f) for f in cfg.speed_perturb or ())
-    edges = None
-    if cfg.edge_silence_frames is not None:
-        if len(cfg.edge_silence_frames) != 2:
-            raise ConfigError(f"edge_silence_frames must be [low, high], got {cfg.edge_silence_frames}")
-        edges = (int(cfg.edge_silence_frames[0]), int(cfg.edge_silence_frames[1]))
-    aug = AudioAugment(warp, int(cfg.num_freq_mask), int(cfg.freq_mask_width), speed,
-                       av_mismatch_prob=float(cfg.av_mismatch_prob),
-                       av_mismatch_noisy_only=bool(cfg.av_mismatch_noisy_only),
-                       num_time_mask=int(cfg.num_time_mask), time_mask_width=int(cfg.time_mask_width),
-                       time_mask_av_only=bool(cfg.time_mask_av_only), edge_silence_frames=edges,
-                       edge_silence_keep_length=bool(cfg.edge_silence_keep_length),
-                       edge_silence_prob=float(cfg.edge_silence_prob),
-                       narrowband_prob=float(cfg.narrowband_prob),
-                       narrowband_audio_only=bool(cfg.narrowband_audio_only))
+    pair = lambda v: tuple(v) if v is not None else None  # noqa: E731  ([low, high] lists, checked)
+    aug = AudioAugment(pair(cfg.freq_warp), cfg.num_freq_mask, cfg.freq_mask_width,
+                       tuple(cfg.speed_perturb or ()), av_mismatch_prob=cfg.av_mismatch_prob,
+                       av_mismatch_noisy_only=cfg.av_mismatch_noisy_only,
+                       num_time_mask=cfg.num_time_mask, time_mask_width=cfg.time_mask_width,
+                       time_mask_av_only=cfg.time_mask_av_only,
+                       edge_silence_frames=pair(cfg.edge_silence_frames),
+                       edge_silence_keep_length=cfg.edge_silence_keep_length,
+                       edge_silence_prob=cfg.edge_silence_prob, narrowband_prob=cfg.narrowband_prob,
+                       narrowband_audio_only=cfg.narrowband_audio_only)
     try:
         aug.check()
     except ValueError as e:
@@ -577,15 +566,11 @@ def build_noise(path: str | None, cfg: TrainConfig) -> NoiseConfig | None:
     """The training-time noise augmentation, or None when no file is given or no utterance would get noise.
 
     Raises:
-        ConfigError: ``noise_prob`` or ``noise_prob_audio_only`` outside [0, 1], or noise asked for but no
-            noise file given.
+        ConfigError: noise asked for (``noise_prob`` or ``noise_prob_audio_only`` > 0) but no noise file
+            given.
     """
     from avsr.data.noise import NoiseSource
 
-    for key in ("noise_prob", "noise_prob_audio_only"):
-        value = getattr(cfg, key)
-        if value is not None and not 0.0 <= value <= 1.0:
-            raise ConfigError(f"{key} must be in [0, 1], got {value}")
     if cfg.noise_prob <= 0 and not cfg.noise_prob_audio_only:
         return None
     if not path:
