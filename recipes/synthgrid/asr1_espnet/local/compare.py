@@ -5,7 +5,8 @@ Usage: ``local/compare.py --espnet exp/x/results.json --avsr ../avsr1/results.js
 
 Reads both ``results.json`` files (``avsr.bin.score``'s rows), the stage times of ``exp/x/stage_times.tsv``,
 the per-epoch ESPnet results of ``exp/x/logs/stage4.log`` and the training curves ESPnet drew in
-``exp/x/images/`` (copied next to RESULTS.md as ``images/``, so that the links work in the repository).
+``exp/x/images/`` (the four shown are copied next to RESULTS.md as ``images/``, so that the links work in
+the repository).
 ``--notes``: a Markdown file (measurements and how the runs differ) placed after the WER table.
 """
 
@@ -17,6 +18,9 @@ import re
 import shutil
 import sys
 from pathlib import Path
+
+#: the training curves of ESPnet's ``images/`` that RESULTS.md shows (copied next to it)
+CURVES = ("acc", "cer_ctc", "loss", "optim0_lr0")
 
 
 def _key(row: dict) -> tuple:
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if images.is_dir():
         dst = args.out.parent / "images"
         dst.mkdir(parents=True, exist_ok=True)
-        pngs = sorted(images.glob("*.png"))
+        pngs = [png for png in sorted(images.glob("*.png")) if png.stem in CURVES]
         for png in pngs:
             shutil.copy2(png, dst / png.name)
         lines += [
@@ -118,11 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             "Training curves drawn by ESPnet's trainer (`exp/.../images/`, copied to `images/`):",
             "",
         ]
-        lines += [
-            f"![{png.stem}](images/{png.name})"
-            for png in pngs
-            if png.stem in ("loss", "acc", "cer_ctc", "optim0_lr0")
-        ]
+        lines += [f"![{png.stem}](images/{png.name})" for png in pngs]
     extra = args.espnet.parent / "RESULTS.md"
     if extra.is_file():
         lines += [
