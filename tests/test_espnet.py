@@ -11,11 +11,14 @@ from avsr.config import ConfigError
 from avsr.data.datadir import read_kaldi_map, write_datadir
 from avsr.encoder import AVHubertEncoder
 from avsr.espnet.asr_inference import with_modality
+from avsr.espnet.asr_train import prepare_process
 from avsr.espnet.dump import dump_datadir
 from avsr.espnet.encoder import AVHubertESPnetEncoder
 from avsr.espnet.layout import crop_and_normalize, pack_frames, roi_side, unpack_frames
 from avsr.features import avhubert_audio_features, crop_video, normalize_video
 from avsr.models.asr import AVSRModel
+from avsr.nn.modality import draw_modalities
+from avsr.nn.precision import flush_denormal
 from avsr.train.checkpoint import save_atomic
 from tests.test_compat import pretrain_ckpt
 from tests.test_data import make_utt
@@ -111,6 +114,71 @@ def test_training_crops_randomly_and_honours_modality_dropout_and_feature_grad_m
         enc(xs, lens)[0].sum().backward()
         grads[mult] = enc.avhubert.feature_extractor_audio.proj.weight.grad.clone()
     torch.testing.assert_close(grads[0.25], 0.25 * grads[1.0], rtol=1e-4, atol=1e-6)
+
+
+def test_training_draws_the_modality_before_cropping_so_audio_only_batches_skip_the_video(monkeypatch):
+    import avsr.espnet.encoder as espnet_encoder
+
+    xs, lens, _, _ = packed_batch()
+    crops = []
+    real_crop = espnet_encoder.crop_and_normalize
+    monkeypatch.setattr(espnet_encoder, "crop_and_normalize",
+                        lambda *a, **k: crops.append(1) or real_crop(*a, **k))
+    enc = AVHubertESPnetEncoder(D, **{**TINY, "modality_dropout": 1.0, "audio_dropout": 0.0}).train()
+    assert enc.avhubert.modality_dropout_by_loader  # the wrapper draws; the encoder does not draw again
+    calls = []
+    enc.avhubert.feature_extractor_video.register_forward_hook(lambda *a: calls.append("video"))
+    enc.avhubert.feature_extractor_audio.register_forward_hook(lambda *a: calls.append("audio"))
+    enc(xs, lens)
+    assert calls == ["audio"] and crops == []  # video always dropped: neither cropped nor encoded
+    enc.eval()(xs, lens)
+    assert calls[1:] == ["audio", "video"] and crops == [1]  # outside training: the modality setting
+    # the draws follow AV-HuBERT's rule on torch's generator, as the encoder's own draw did
+    enc = AVHubertESPnetEncoder(D, **{**TINY, "modality_dropout": 0.6, "audio_dropout": 0.3}).train()
+    torch.manual_seed(3)
+    drawn = [enc.batch_modality() for _ in range(200)]
+    torch.manual_seed(3)
+    assert drawn == draw_modalities(torch.rand(200, 2, dtype=torch.float64), 0.6, 0.3)
+    assert set(drawn) == {"audio", "video", "audiovisual"}
+    assert AVHubertESPnetEncoder(D, **{**TINY, "modality_dropout": 0.0}).batch_modality() == "audiovisual"
+
+
+def test_video_precision_applies_in_training_only():
+    xs, lens, _, _ = packed_batch()
+    seen = []
+    enc = AVHubertESPnetEncoder(D, video_precision="bf16", **{**TINY, "modality_dropout": 0.0}).train()
+    resnet = enc.avhubert.feature_extractor_video.resnet
+    resnet.register_forward_hook(lambda m, i, o: seen.append((m.precision, o.dtype)))
+    hidden, _, _ = enc(xs, lens)
+    assert seen == [("bf16", torch.float32)] and hidden.dtype == torch.float32  # output in the input's dtype
+    enc.eval()(xs, lens)
+    assert seen[1] == (None, torch.float32)  # inference: the caller's precision
+    enc = AVHubertESPnetEncoder(D, **TINY).train()
+    assert enc.video_precision == "auto"
+    enc(xs, lens)
+    assert enc.avhubert.video_precision in ("bf16", "fp32")  # auto, resolved for the CPU
+    assert AVHubertESPnetEncoder(D, video_precision=None, **TINY).train().video_precision is None
+    with pytest.raises(ConfigError, match="video_precision"):
+        AVHubertESPnetEncoder(D, video_precision="fp16", **TINY)
+
+
+def test_asr_train_prepares_the_process_as_avsrs_trainer(monkeypatch):
+    import avsr.nn.precision
+    import avsr.train.trainer
+
+    tiny = torch.tensor([1e-39])  # subnormal float32
+    try:
+        assert prepare_process(flush_denormals=True, keep_memory=False) == {
+            "flush_denormal": True, "keep_freed_memory": False}
+        assert float(tiny * 1.0) == 0.0  # flushed in this thread
+    finally:
+        flush_denormal(False)
+    assert float(tiny * 1.0) > 0.0
+    called = []
+    monkeypatch.setattr(avsr.nn.precision, "flush_denormal", lambda on: called.append("flush") or True)
+    monkeypatch.setattr(avsr.train.trainer, "keep_freed_memory", lambda: called.append("malloc") or True)
+    assert prepare_process() == {"flush_denormal": True, "keep_freed_memory": True}
+    assert called == ["flush", "malloc"]
 
 
 def test_shipped_model_name_pretrained_checkpoints_and_reload(tmp_path):

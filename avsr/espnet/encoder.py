@@ -27,6 +27,8 @@ from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
 from avsr.espnet.layout import crop_and_normalize, roi_side, unpack_frames
 from avsr.features import CROP_SIZE
 from avsr.modalities import check_modality
+from avsr.nn.modality import draw_modalities
+from avsr.nn.precision import check_precision, resolve_precision
 
 try:  # ESPnet's interface when it is installed; the class works the same without it
     from espnet2.asr.encoder.abs_encoder import AbsEncoder as _EncoderBase
@@ -36,9 +38,6 @@ except ImportError:  # pragma: no cover - depends on the environment
 __all__ = ["AVHubertESPnetEncoder", "shipped_model_config"]
 
 logger = logging.getLogger(__name__)
-
-#: values of ``modality``: the input used outside training.
-
 
 def shipped_model_config(name: str | os.PathLike) -> Path:
     """The YAML of a shipped model configuration (``avsr/conf/model/<name>.yaml``, e.g. ``avhubert_base``,
@@ -77,16 +76,28 @@ class AVHubertESPnetEncoder(_EncoderBase):
             dropout decides. Can be changed later (``encoder.modality = "audio"``, or ``--modality`` of
             ``python -m avsr.espnet.asr_inference``).
         crop_size: side of the square video crop (88 as AV-HuBERT).
+        video_precision: precision of the video front-end's ResNet in training, as avsr's training setting
+            of that name (:class:`avsr.train.trainer.TrainConfig`): ``auto`` (default: bfloat16 where the
+            device computes it natively, e.g. CPUs with AVX-512 BF16 / AMX, float32 elsewhere;
+            :func:`avsr.nn.precision.resolve_precision` on the input's device), ``fp32``, ``bf16``, or None
+            (the caller's, float32 in ESPnet's trainer). Outside training the front-end runs in the
+            caller's precision (float32 in ``Speech2Text``), as ``avsr.bin.decode``'s default.
         **encoder_conf: :class:`avsr.encoder.AVHubertEncoderConfig` options (``encoder_layers``,
             ``feature_grad_mult``, ``modality_dropout``, ...), overriding ``model`` and ``pretrained``.
 
     Input ``xs_pad (B, T, D)`` packed frames (25 Hz), ``ilens (B,)`` valid frames; output ``(hidden (B, T, E)
     float, olens (B,), None)`` with ``E = encoder_embed_dim`` and ``olens == ilens`` (no subsampling).
 
+    In training, the wrapper makes the encoder's per-batch modality dropout draw itself (the same rule and
+    probabilities, :func:`avsr.nn.modality.draw_modalities`; the wrapped encoder's
+    ``modality_dropout_by_loader`` is set, so it does not draw again) before it crops the video, so that a
+    batch whose video is dropped (audio-only: 80% of the SynthGRID recipe's batches) skips the crop and
+    normalisation of its frames as well as the video front-end, as in avsr's trainer.
+
     Raises:
         avsr.config.ConfigError: an unknown option (named), a bad value, an unknown ``model`` name,
-            ``input_size`` not ``audio_feat_dim + S * S``, an ROI smaller than ``crop_size``, or a bad
-            ``modality``.
+            ``input_size`` not ``audio_feat_dim + S * S``, an ROI smaller than ``crop_size``, a bad
+            ``modality`` or ``video_precision``.
         avsr.compat.CheckpointError: ``pretrained`` is not a readable AV-HuBERT/avsr checkpoint, or its
             weights do not fit the configured architecture (keys named).
     """
@@ -98,6 +109,7 @@ class AVHubertESPnetEncoder(_EncoderBase):
         pretrained: str | None = None,
         modality: str = "audiovisual",
         crop_size: int = CROP_SIZE,
+        video_precision: str | None = "auto",
         **encoder_conf: Any,
     ) -> None:
         super().__init__()
@@ -116,7 +128,14 @@ class AVHubertESPnetEncoder(_EncoderBase):
             conf.update(data)
         conf.update(encoder_conf)
         self.avhubert = AVHubertEncoder(**conf)
+        self.avhubert.modality_dropout_by_loader = True  # drawn in forward, before the video is cropped
         cfg: AVHubertEncoderConfig = self.avhubert.config
+        if video_precision is not None:
+            try:
+                check_precision(video_precision, "encoder_conf: video_precision")
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        self.video_precision = video_precision
         try:
             self.roi_size = roi_side(input_size, cfg.audio_feat_dim)
         except ValueError as e:
@@ -191,10 +210,26 @@ class AVHubertESPnetEncoder(_EncoderBase):
                 f"xs_pad must be (B, T, {self.input_size}) packed frames, got {tuple(xs_pad.shape)}"
             )
         audio, video = unpack_frames(xs_pad, self.avhubert.config.audio_feat_dim)
-        if not self.training and self.modality == "video":
+        keep = self.batch_modality() if self.training else self.modality
+        if keep == "video":
             audio = None
-        if self.training or self.modality != "audio":
-            video = crop_and_normalize(video, self.training, self.crop_size).to(xs_pad.dtype)
-        else:
+        if keep == "audio":
             video = None
+        else:
+            video = crop_and_normalize(video, self.training, self.crop_size).to(xs_pad.dtype)
+        self.avhubert.video_precision = (
+            resolve_precision(self.video_precision, xs_pad.device, "video_precision")
+            if self.training and self.video_precision is not None else None
+        )
         return self.avhubert({"audio": audio, "video": video}, ilens)
+
+    def batch_modality(self) -> str:
+        """The modality dropout draw of one training batch: ``audiovisual``, ``audio`` (video dropped) or
+        ``video`` (audio dropped), with the wrapped encoder's ``modality_dropout`` and ``audio_dropout``
+        (AV-HuBERT's rule, :func:`avsr.nn.modality.draw_modalities`; one ``torch.rand`` draw from torch's
+        global generator, as the encoder's own draw)."""
+        cfg = self.avhubert.config
+        if cfg.modality_dropout <= 0:
+            return "audiovisual"
+        u = torch.rand(1, 2, dtype=torch.float64)
+        return draw_modalities(u, cfg.modality_dropout, cfg.audio_dropout)[0]

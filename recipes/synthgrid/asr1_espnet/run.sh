@@ -7,6 +7,8 @@
 #   ./run.sh --snrs "0 -5"         # babble conditions decoded besides clean (default: 10 5 0 -5)
 #   ./run.sh --train-noise-prob 0.3 --max-epoch 8 --nj 2
 #   ./run.sh --pre-beam-modalities ""   # skip the second decoding with avsr's pre-beam ranking
+#   ./run.sh --num-threads 1       # one intra-op thread for training (OMP_NUM_THREADS): on a machine whose
+#                                  # cores other jobs also use, 2 threads on 2 cores made each step ~9x slower
 #   ./run.sh --stage 4 --max-epoch 1 --snrs "" --num-utts 40 --pre-beam-modalities audiovisual
 #                                       # the cut-down run of RESULTS.md (first 40 test utterances, clean)
 # Stages:
@@ -36,17 +38,19 @@ train_noise_prob=0.3
 train_snrs="-5 0 5 10 20"
 max_epoch=""
 num_utts=""
+num_threads=""
 avsr1=../avsr1
 while [ $# -gt 0 ]; do
   case "$1" in
     --stage) stage="$2" ;; --stop_stage|--stop-stage) stop_stage="$2" ;; --nj) nj="$2" ;; --tag) tag="$2" ;;
     --train-config) train_config="$2" ;; --decode-config) decode_config="$2" ;; --snrs) snrs="$2" ;;
     --modalities) modalities="$2" ;; --pre-beam-modalities) pre_beam_modalities="$2" ;; --train-noise-prob) train_noise_prob="$2" ;; --max-epoch) max_epoch="$2" ;;
-    --python) python="$2" ;; --num-utts) num_utts="$2" ;;
+    --python) python="$2" ;; --num-utts) num_utts="$2" ;; --num-threads) num_threads="$2" ;;
     *) echo "run.sh: unknown option $1" >&2; exit 1 ;;
   esac
   shift 2
 done
+[ -z "$num_threads" ] || export OMP_NUM_THREADS="$num_threads" MKL_NUM_THREADS="$num_threads"
 [ -x "$python" ] || { echo "run.sh: no ESPnet environment at $python: run bash scripts/install_espnet.sh" >&2; exit 1; }
 data="${avsr1}/data"
 corpus="${avsr1}/corpus"
@@ -124,10 +128,10 @@ stage5() {
   local conds=(clean) subset=()
   [ -n "$num_utts" ] && subset=(--num-utts "$num_utts")
   for snr in $snrs; do conds+=("babble_${snr}"); done
-  "$python" local/decode.py --exp "${exp}" --model "${exp}/valid.acc.ave.pth" --decode-config "${decode_config}" \
+  "$python" local/decode.py --nj "$nj" --exp "${exp}" --model "${exp}/valid.acc.ave.pth" --decode-config "${decode_config}" \
     --dump dump/test --conditions "${conds[@]}" --modalities $modalities --out "${exp}/decode/test" "${subset[@]}"
   if [ -n "$pre_beam_modalities" ]; then
-    "$python" local/decode.py --exp "${exp}" --model "${exp}/valid.acc.ave.pth" --decode-config "${decode_config}" \
+    "$python" local/decode.py --nj "$nj" --exp "${exp}" --model "${exp}/valid.acc.ave.pth" --decode-config "${decode_config}" \
       --dump dump/test --conditions "${conds[@]}" --modalities $pre_beam_modalities --pre-beam avsr "${subset[@]}" \
       --out "${exp}/decode_pre_beam_avsr/test"
   fi
@@ -141,8 +145,10 @@ stage6() {
       --system "pre_beam_avsr=${exp}/decode_pre_beam_avsr" --out "${exp}/pre_beam" --title "Pre-beams compared"
     pre_beam=(--pre-beam "${exp}/pre_beam/results.json")
   fi
+  local notes=()
+  [ -f local/results_notes.md ] && notes=(--notes local/results_notes.md)
   "$python" local/compare.py --espnet "${exp}/results.json" --avsr "${avsr1}/results.json" \
-    --exp "${exp}" --out RESULTS.md "${pre_beam[@]}"
+    --exp "${exp}" --out RESULTS.md "${pre_beam[@]}" "${notes[@]}"
 }
 
 for n in 1 2 3 4 5 6; do

@@ -1,11 +1,13 @@
 """Write the recipe's RESULTS.md: ESPnet-trained WER beside avsr's own recipe on the same test set.
 
 Usage: ``local/compare.py --espnet exp/x/results.json --avsr ../avsr1/results.json --exp exp/x
---out RESULTS.md``
+--out RESULTS.md [--notes local/results_notes.md]``
 
 Reads both ``results.json`` files (``avsr.bin.score``'s rows), the stage times of ``exp/x/stage_times.tsv``,
 the per-epoch ESPnet results of ``exp/x/logs/stage4.log`` and the training curves ESPnet drew in
-``exp/x/images/`` (copied next to RESULTS.md as ``images/``, so that the links work in the repository).
+``exp/x/images/`` (the four shown are copied next to RESULTS.md as ``images/``, so that the links work in
+the repository).
+``--notes``: a Markdown file (measurements and how the runs differ) placed after the WER table.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ import re
 import shutil
 import sys
 from pathlib import Path
+
+#: the training curves of ESPnet's ``images/`` that RESULTS.md shows (copied next to it)
+CURVES = ("acc", "cer_ctc", "loss", "optim0_lr0")
 
 
 def _key(row: dict) -> tuple:
@@ -42,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="results.json of the pre_beam_espnet / pre_beam_avsr decodings (avsr.bin.score)",
     )
+    p.add_argument("--notes", type=Path, default=None, help="Markdown placed after the WER table")
     args = p.parse_args(argv)
     esp = json.loads(args.espnet.read_text(encoding="utf-8"))
     ours = {
@@ -65,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         theirs = f"{o['wer']:.2f} | {o['num_utts']}" if o else "- | -"
         head = f"| {r['noise']} | {snr} | {r['modality']}"
         lines.append(f"{head} | {r['wer']:.2f} | {r['num_utts']} | {theirs} |")
+    if args.notes is not None:
+        lines += ["", args.notes.read_text(encoding="utf-8").rstrip()]
     if args.pre_beam is not None and args.pre_beam.is_file():
         rows = json.loads(args.pre_beam.read_text(encoding="utf-8"))
         by = {(r["system"], *_key(r)): r for r in rows}
@@ -106,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if images.is_dir():
         dst = args.out.parent / "images"
         dst.mkdir(parents=True, exist_ok=True)
-        pngs = sorted(images.glob("*.png"))
+        pngs = [png for png in sorted(images.glob("*.png")) if png.stem in CURVES]
         for png in pngs:
             shutil.copy2(png, dst / png.name)
         lines += [
@@ -114,11 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             "Training curves drawn by ESPnet's trainer (`exp/.../images/`, copied to `images/`):",
             "",
         ]
-        lines += [
-            f"![{png.stem}](images/{png.name})"
-            for png in pngs
-            if png.stem in ("loss", "acc", "cer_ctc", "optim0_lr0")
-        ]
+        lines += [f"![{png.stem}](images/{png.name})" for png in pngs]
     extra = args.espnet.parent / "RESULTS.md"
     if extra.is_file():
         lines += [
