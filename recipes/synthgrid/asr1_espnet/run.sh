@@ -10,13 +10,14 @@
 #   ./run.sh --num-threads 1       # one intra-op thread for training (OMP_NUM_THREADS): on a machine whose
 #                                  # cores other jobs also use, 2 threads on 2 cores made each step ~9x slower
 #   ./run.sh --stage 4 --max-epoch 1 --snrs "" --num-utts 40 --pre-beam-modalities audiovisual
-#                                       # the cut-down run of RESULTS.md (first 40 test utterances, clean)
+#                                       # a quick cut-down run (1 epoch; first 40 test utterances, clean)
+#   ./run.sh --stage 4 --stop_stage 4 --num-threads 1; ./run.sh --stage 5 --nj 2   # the run of RESULTS.md
 # Stages:
 #   1  corpus, data dirs, tokenizer: ../avsr1/run.sh --stop_stage 4 (shared with avsr's recipe: same test set)
 #   2  dump: python -m avsr.espnet.dump -> dump/{train,valid}, dump/test/{clean,babble_<snr>} (packed frames)
 #   3  ESPnet collect_stats (shape files)      python -m avsr.espnet.asr_train --collect_stats true
 #   4  ESPnet training                         python -m avsr.espnet.asr_train
-#   5  decoding with ESPnet's Speech2Text, {audio, video, audiovisual} x {clean, babble}   local/decode.py;
+#   5  decoding with ESPnet's Speech2Text, {audio, video, audiovisual} x {clean, babble}   local/decode.py (--nj processes);
 #      again with the pre-beam ranked as avsr's default (pre_beam: avsr), for --pre-beam-modalities
 #   6  scoring: RESULTS.md + results.json (avsr.bin.score) and the comparison with ../avsr1   local/compare.py
 set -euo pipefail
