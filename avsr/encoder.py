@@ -598,9 +598,19 @@ class AVHubertEncoder(nn.Module):
         the front-end -- the values the original gets from ``0 * features``, without the front-end's cost (its
         parameters then get no gradient in that step, and its BatchNorm statistics are not updated).
         """
-        keep = draw_modalities(torch.rand(1, 2, dtype=torch.float64), self.config.modality_dropout,
-                               self.config.audio_dropout)[0]
+        keep = self.draw_batch_modality()
         return (None if keep == "video" else audio), (None if keep == "audio" else video)
+
+    def draw_batch_modality(self) -> str:
+        """The modality dropout draw of one training batch: ``audiovisual``, ``audio`` (video dropped) or
+        ``video`` (audio dropped), with ``modality_dropout`` and ``audio_dropout`` (AV-HuBERT's rule,
+        :func:`avsr.nn.modality.draw_modalities`): one ``torch.rand`` draw from torch's global generator,
+        none when ``modality_dropout`` is 0 (then ``audiovisual``). Callers that crop or load the video only
+        when it is kept (the ESPnet wrapper) draw with it before the forward pass."""
+        if self.config.modality_dropout <= 0:
+            return "audiovisual"
+        return draw_modalities(torch.rand(1, 2, dtype=torch.float64), self.config.modality_dropout,
+                               self.config.audio_dropout)[0]
 
     def hand_over_modality_dropout(self, batch_sampler, seed: int = 0):
         """Give the per-batch modality dropout draw to the training data loader; returns its sampler.

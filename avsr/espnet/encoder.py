@@ -27,7 +27,6 @@ from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
 from avsr.espnet.layout import crop_and_normalize, roi_side, unpack_frames
 from avsr.features import CROP_SIZE
 from avsr.modalities import check_modality
-from avsr.nn.modality import draw_modalities
 from avsr.nn.precision import check_precision, resolve_precision
 
 try:  # ESPnet's interface when it is installed; the class works the same without it
@@ -224,12 +223,6 @@ class AVHubertESPnetEncoder(_EncoderBase):
         return self.avhubert({"audio": audio, "video": video}, ilens)
 
     def batch_modality(self) -> str:
-        """The modality dropout draw of one training batch: ``audiovisual``, ``audio`` (video dropped) or
-        ``video`` (audio dropped), with the wrapped encoder's ``modality_dropout`` and ``audio_dropout``
-        (AV-HuBERT's rule, :func:`avsr.nn.modality.draw_modalities`; one ``torch.rand`` draw from torch's
-        global generator, as the encoder's own draw)."""
-        cfg = self.avhubert.config
-        if cfg.modality_dropout <= 0:
-            return "audiovisual"
-        u = torch.rand(1, 2, dtype=torch.float64)
-        return draw_modalities(u, cfg.modality_dropout, cfg.audio_dropout)[0]
+        """The modality dropout draw of one training batch (the wrapped encoder's,
+        :meth:`avsr.encoder.AVHubertEncoder.draw_batch_modality`)."""
+        return self.avhubert.draw_batch_modality()
