@@ -225,8 +225,8 @@ class Rule:
         return finite
 
     def allows(self, value: Any) -> bool:
-        """Whether ``value`` (already of the field's type) keeps the rule; a list is checked element by
-        element, except for ``non_empty``."""
+        """Whether ``value`` (already of the field's type) keeps the rule; of a list, ``non_empty`` sees the
+        whole list and the other bounds each element."""
         if self.choices is not None and not isinstance(value, (list, tuple)):
             return value in self.choices
         if isinstance(value, (list, tuple)):
@@ -299,10 +299,8 @@ def check_fields(obj: Any) -> None:
     """
     hints = _type_hints(type(obj))
     for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        checked = check_value(value, hints.get(f.name, Any), f.name, f.metadata.get("rule"))
-        if checked is not value:
-            object.__setattr__(obj, f.name, checked)
+        value = check_value(getattr(obj, f.name), hints.get(f.name, Any), f.name, f.metadata.get("rule"))
+        object.__setattr__(obj, f.name, value)  # as converted (frozen dataclasses too)
 
 
 def _type_hints(cls: type) -> dict[str, Any]:
@@ -363,9 +361,9 @@ def _check_type(value: Any, tp: Any, key: str) -> Any:
     if tp is bool and isinstance(value, bool):
         return value
     if tp is int and is_number and float(value).is_integer():
-        return value if type(value) is int else int(value)
+        return int(value)
     if tp is float and is_number:
-        return value if type(value) is float else float(value)
+        return float(value)
     if tp is str and isinstance(value, str):
         return value
     if tp in (bool, int, float, str):
@@ -378,8 +376,7 @@ def _check_type(value: Any, tp: Any, key: str) -> Any:
                 raise ConfigError(f"{key}: expected {len(args)} values ({_type_name(tp)}), got {value!r}")
             return tuple(_check_type(v, a, key) for v, a in zip(value, args))
         items = [_check_type(v, args[0] if args else Any, key) for v in value]
-        items = tuple(items) if tuple in (origin, tp) else items
-        return value if type(value) is type(items) and all(a is b for a, b in zip(items, value)) else items
+        return tuple(items) if tuple in (origin, tp) else items
     if origin in (dict, Mapping) or tp in (dict, Mapping):
         if not isinstance(value, Mapping):
             raise _bad(value, tp, key)
@@ -388,8 +385,18 @@ def _check_type(value: Any, tp: Any, key: str) -> Any:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    """A dataclass instance as a plain (YAML-serialisable) dict."""
-    return dataclasses.asdict(obj)
+    """A dataclass instance as a plain (YAML-serialisable) dict: nested dataclasses as dicts, tuples as lists
+    (YAML's safe dumper writes no tuples)."""
+    return _plain(dataclasses.asdict(obj))
+
+
+def _plain(value: Any) -> Any:
+    """Tuples as lists, recursively."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _copy_tree(src: Any, dst: Path) -> None:

@@ -15,7 +15,7 @@ from avsr.encoder import AVHubertEncoderConfig
 from avsr.models import AVHubertPretrainModel, AVSRModel
 from avsr.models.config import AVHubertPretrainConfig, AVSRModelConfig, ModelConfig
 from avsr.nn.decoder import TransformerDecoderConfig
-from avsr.train.config import ExperimentConfig, TrainConfig, load_experiment_config
+from avsr.train.config import ExperimentConfig, TrainConfig, load_experiment_config, resolved_settings
 from avsr.train.experiment import keep_promise
 from tests.test_config import CLASSES
 
@@ -167,7 +167,7 @@ def test_resume_compares_settings_with_their_defaults_filled_in(tmp_path):
     partial = {"max_epoch": 3, "vocab_size": 7, "encoder_conf": dict(TINY["encoder_conf"])}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(partial))
     model = AVSRModel(ModelConfig.from_mapping({k: v for k, v in partial.items() if k != "max_epoch"}))
-    full = {**TrainConfig(max_epoch=3).to_dict(), **model.config.to_dict()}
+    full = resolved_settings(TrainConfig(max_epoch=3), model.config)
     keep_promise(tmp_path, full, allow_change=False)  # no difference
     changed = {**full, "encoder_conf": {**full["encoder_conf"], "dropout": 0.3}}
     with pytest.raises(Exception, match=r"encoder_conf\.dropout: 0\.1 -> 0\.3"):

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from avsr.config import Config, ConfigError, from_dict, option, probability
+from avsr.config import Config, ConfigError, from_dict, option, probability, to_dict
 from avsr.decode.config import search_config
 from avsr.encoder import AVHubertEncoderConfig
 from avsr.nn.decoder import TransformerDecoderConfig
@@ -152,15 +152,6 @@ ASR_KEYS = ("vocab_size", "token_list", "encoder_conf", "decoder_conf", "model_c
 MODEL_KEYS = ASR_KEYS + ("pretrain_conf", "num_classes")
 
 
-def _plain(value: Any) -> Any:
-    """Tuples as lists, recursively (YAML's safe dumper writes no tuples)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 @dataclass
 class ModelConfig(Config):
     """A model's whole configuration: an ASR model (``pretrain_conf`` None) or a pretraining one.
@@ -258,4 +249,4 @@ class ModelConfig(Config):
     def to_dict(self) -> dict[str, Any]:
         """The tree as plain YAML-serialisable data, without the sections that are None (what checkpoints
         save as ``model_config`` and ``config.yaml`` holds; :meth:`from_mapping` reads it back)."""
-        return {k: _plain(v) for k, v in dataclasses.asdict(self).items() if v is not None}
+        return {k: v for k, v in to_dict(self).items() if v is not None}

@@ -10,7 +10,6 @@ the model's sections beside them (``encoder_conf``, ``decoder_conf``, ``model_co
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -29,11 +28,12 @@ from avsr.config import (
     load_yaml,
     option,
     probability,
+    to_dict,
 )
 from avsr.models.config import ModelConfig
 from avsr.nn.precision import PRECISIONS, resolve_precision
 
-__all__ = ["TrainConfig", "ExperimentConfig", "MODEL_SECTIONS", "load_experiment_config"]
+__all__ = ["TrainConfig", "ExperimentConfig", "MODEL_SECTIONS", "load_experiment_config", "resolved_settings"]
 
 logger = logging.getLogger("avsr.train")
 
@@ -176,10 +176,6 @@ class TrainConfig(Config):
             if value is not None and (len(value) != 2 or value[0] > value[1]):
                 raise ConfigError(f"{key}: expected [low, high] with low <= high, got {value}")
 
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as plain YAML-serialisable data (tuples as lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
-
     def resolved_precision(self, device: torch.device) -> str:
         """``precision`` for ``device`` (``auto`` resolved, see :func:`avsr.nn.precision.resolve_precision`),
         or when null the ``use_amp`` rule: ``bf16`` on CUDA if ``use_amp``, else fp32."""
@@ -216,10 +212,16 @@ class ExperimentConfig:
         """Whether the YAML trains a pretraining model (its model section has ``pretrain_conf``)."""
         return self.model.pretraining
 
-    def resolved(self, model: ModelConfig | None = None) -> dict[str, Any]:
-        """The settings as ``config.yaml`` holds them: the loop's at the top level with the model's sections
-        beside them (``model``, e.g. with the tokenizer's ``vocab_size``, in place of :attr:`model`)."""
-        return {**self.train.to_dict(), **(model or self.model).to_dict()}
+    def resolved(self) -> dict[str, Any]:
+        """The settings as ``config.yaml`` holds them (:func:`resolved_settings`)."""
+        return resolved_settings(self.train, self.model)
+
+
+def resolved_settings(train: TrainConfig, model: ModelConfig) -> dict[str, Any]:
+    """The settings of a training run as ``config.yaml`` holds them: the loop's (``train``) at the top
+    level, the model's sections (``model``, e.g. with the tokenizer's ``vocab_size``) beside them; plain YAML
+    data."""
+    return {**to_dict(train), **model.to_dict()}
 
 
 def load_experiment_config(path: str | os.PathLike) -> ExperimentConfig:

@@ -35,7 +35,7 @@ from avsr.data.tokenizer import Tokenizer
 from avsr.fileio import remove_stale_tmp, write_text_atomic
 from avsr.models.config import ModelConfig
 from avsr.nn.precision import flush_denormal
-from avsr.train.config import TrainConfig, load_experiment_config
+from avsr.train.config import TrainConfig, load_experiment_config, resolved_settings
 from avsr.train.trainer import Trainer, build_audio_augment, build_noise
 
 __all__ = ["ExperimentOptions", "ModelSetup", "FREE_ON_RESUME", "OVERRIDES", "setup_experiment",
@@ -92,14 +92,13 @@ class ModelSetup:
     """A built model with what its training needs.
 
     Attributes:
-        model: ``AVSRModel`` or ``AVHubertPretrainModel``.
-        model_config: the configuration it was built from (written into ``config.yaml`` and checkpoints).
+        model: ``AVSRModel`` or ``AVHubertPretrainModel``; its ``config`` (a
+            :class:`~avsr.models.config.ModelConfig`) goes into ``config.yaml`` and every checkpoint.
         tokenizer: the sentencepiece tokenizer (ASR training), None for pretraining.
         train_labels, valid_labels: the cluster label sets of pretraining (None for ASR training).
     """
 
     model: torch.nn.Module
-    model_config: dict
     tokenizer: Tokenizer | None = None
     train_labels: list[LabelSet] | None = None
     valid_labels: list[LabelSet] | None = None
@@ -133,7 +132,8 @@ def setup_experiment(opts: ExperimentOptions) -> Trainer:
     write_experiment(opts.exp_dir, cfg, setup, opts.bpemodel, opts.allow_config_change)
     train_set, valid_set = build_datasets(opts, cfg, setup)
     device = training_device(opts.ngpu)
-    return Trainer(setup.model, setup.model_config, train_set, valid_set, cfg, opts.exp_dir, device=device)
+    return Trainer(setup.model, setup.model.config.to_dict(), train_set, valid_set, cfg, opts.exp_dir,
+                   device=device)
 
 
 def load_label_sets(data_dir: Path, names: list[str]) -> list[LabelSet]:
@@ -198,7 +198,7 @@ def build_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
         tokenizer = Tokenizer(opts.bpemodel)
         model = AVSRModel.from_config(dataclasses.replace(config, vocab_size=tokenizer.vocab_size),
                                       str(opts.config))
-        setup = ModelSetup(model, model.config.to_dict(), tokenizer)
+        setup = ModelSetup(model, tokenizer)
     if opts.init_encoder is not None:
         init_encoder(setup.model, opts.init_encoder)
     n_params = sum(p.numel() for p in setup.model.parameters())
@@ -224,7 +224,7 @@ def _pretrain_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
     model = AVHubertPretrainModel.from_config(
         dataclasses.replace(config, pretrain_conf=head, num_classes=num_classes), str(opts.config))
     logger.info("pretraining: label sets %s, classes %s", opts.labels, num_classes)
-    return ModelSetup(model, model.config.to_dict(), None, train_labels, valid_labels)
+    return ModelSetup(model, None, train_labels, valid_labels)
 
 
 def _flatten(value: object, prefix: str = "") -> dict[str, object]:
@@ -249,7 +249,7 @@ def _complete(settings: dict) -> dict:
         model = model.for_pretraining() if model.pretraining else model.for_asr()
     except ConfigError:
         return settings
-    return {**train.to_dict(), **model.to_dict()}
+    return resolved_settings(train, model)
 
 
 def keep_promise(exp_dir: Path, resolved: dict, allow_change: bool) -> None:
@@ -309,7 +309,7 @@ def write_experiment(exp_dir: Path, cfg: TrainConfig, setup: ModelSetup, bpemode
     exp_dir.mkdir(parents=True, exist_ok=True)
     for path in remove_stale_tmp(exp_dir):
         logger.info("removed %s, left by an interrupted write", path)
-    resolved = {**cfg.to_dict(), **setup.model_config}
+    resolved = resolved_settings(cfg, setup.model.config)
     keep_promise(exp_dir, resolved, allow_change)
     if setup.tokenizer is not None:
         shutil.copyfile(bpemodel, exp_dir / "bpe.model")
