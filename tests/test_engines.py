@@ -23,6 +23,7 @@ from avsr.corpora.synthgrid.engines import (
     voice_key,
 )
 from avsr.corpora.synthgrid.visemes import PHONE_TO_VISEMES
+from avsr.corpora.synthgrid.voices import ENGLISH_PRONUNCIATIONS
 
 needs_espeak = pytest.mark.skipif(not espeak.espeak_available(),
                                   reason="eSpeak NG (Debian package espeak-ng: bash scripts/install.sh)")
@@ -207,3 +208,16 @@ def test_corpus_with_every_engine_is_deterministic_per_utterance(tmp_path):
     for phn in (tmp_path / "a").rglob("*.phn"):
         rows = [line.split() for line in phn.read_text().splitlines()]
         assert float(rows[0][0]) == 0.0 and all(a[1] == b[0] for a, b in zip(rows, rows[1:]))
+
+
+@needs_flite
+@pytest.mark.parametrize("voice", sorted(FLITE_VOICES))
+def test_every_flite_voice_says_every_grid_word_with_known_phones(voice):
+    """Each GRID word, spoken in one utterance, has the phones word_spans expects of the voice (festival's
+    lexicon or the voice's own entry in VOICE_PRONUNCIATIONS), so no training utterance of any voice fails."""
+    words = tuple(sorted(ENGLISH_PRONUNCIATIONS))
+    text = " ".join(engines.LETTER_TEXT["flite"].get(w, w.lower()) for w in words)
+    result = subprocess.run(["flite", "-voice", voice, "-psdur", "-t", text, "-o", "/dev/null"],
+                            capture_output=True, text=True, check=True)
+    spans = flite.word_spans(flite.parse_psdur(result.stdout), words, voice)
+    assert len(spans) == len(words) == 51

@@ -31,6 +31,10 @@ from avsr.corpora.synthgrid.voices import ENGLISH_PRONUNCIATIONS
 #: flite's voices that speak any English text (``flite -lv`` also lists ``awb_time``, a talking clock)
 FLITE_VOICE_NAMES = ("kal", "kal16", "awb", "rms", "slt")
 
+#: GRID words that a flite voice says with other phones than festival's lexicon (checked for every GRID word
+#: and voice by ``tests/test_engines.py``): the 8 kHz ``kal`` diphone voice's older lexicon has /aa/ in ONE
+VOICE_PRONUNCIATIONS: dict[str, dict[str, tuple[str, ...]]] = {"kal": {"ONE": ("w", "aa", "n")}}
+
 
 class FliteError(RuntimeError):
     """flite is missing or failed, or a request is invalid (names the utterance)."""
@@ -76,11 +80,14 @@ def parse_psdur(text: str) -> list[tuple[float, float, str]]:
     return segments
 
 
-def word_spans(segments: list[tuple[float, float, str]], words: tuple[str, ...]) -> list[tuple[float, float]]:
+def word_spans(
+    segments: list[tuple[float, float, str]], words: tuple[str, ...], voice: str | None = None
+) -> list[tuple[float, float]]:
     """The span of each word, reading the non-pause segments as the words' festival pronunciations in order.
 
     flite's lexicon is the CMU lexicon of festival's English voices, so the phones of a GRID sentence are the
-    concatenated :data:`~avsr.corpora.synthgrid.voices.ENGLISH_PRONUNCIATIONS` of its words.
+    concatenated :data:`~avsr.corpora.synthgrid.voices.ENGLISH_PRONUNCIATIONS` of its words, except where
+    ``voice`` has a pronunciation of its own (:data:`VOICE_PRONUNCIATIONS`).
 
     Raises:
         ValueError: the phones are not those of ``words`` (names the first word that differs).
@@ -88,7 +95,8 @@ def word_spans(segments: list[tuple[float, float, str]], words: tuple[str, ...])
     speech = [s for s in segments if s[2] != "pau"]
     spans, i = [], 0
     for word in words:
-        expected = [p for p, _ in ENGLISH_PRONUNCIATIONS[word]]
+        own = VOICE_PRONUNCIATIONS.get(voice or "", {}).get(word)
+        expected = list(own) if own else [p for p, _ in ENGLISH_PRONUNCIATIONS[word]]
         got = [p for _, _, p in speech[i : i + len(expected)]]
         if got != expected:
             raise ValueError(f"word {word}: phones {got}, expected {expected}")
@@ -150,7 +158,7 @@ def synthesize(
     spans = None
     if words is not None:
         try:
-            spans = word_spans(segments, words)
+            spans = word_spans(segments, words, voice.voice)
         except ValueError as exc:
             raise FliteError(f"utterance {name} (voice {voice.voice}, text {text!r}): {exc}") from exc
     wav = resample(wav, int(round(wav.shape[0] * SAMPLE_RATE / (rate * tape))))
