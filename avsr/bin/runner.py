@@ -31,6 +31,7 @@ DATA_ERRORS = (
     ("avsr.data.dataset", "DataError"),
     ("avsr.data.datadir", "DataDirError"),
     ("avsr.data.tokenizer", "TokenizerError"),
+    ("avsr.data.lexicon", "LexiconError"),
     ("avsr.data.media", "MediaError"),
     ("avsr.data.roi", "RoiError"),
     ("avsr.data.lrs3", "LRS3Error"),

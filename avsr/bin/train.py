@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-data", required=True, type=Path)
     p.add_argument("--valid-data", required=True, type=Path)
     p.add_argument("--bpemodel", type=Path, help="sentencepiece model (ASR training)")
+    p.add_argument("--phone-lexicon", type=Path, default=None,
+                   help="Kaldi lexicon.txt: phone targets of a model with model_conf.phone_ctc_weight > 0")
     p.add_argument("--labels", nargs="+", default=None,
                    help="pretraining: cluster label files (names inside each data dir), one per label set")
     p.add_argument("--init-encoder", type=Path, default=None,

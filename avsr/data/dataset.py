@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from avsr.data.datadir import Utterance
+from avsr.data.lexicon import PhoneLexicon
 from avsr.data.media import read_video, read_wav
 from avsr.data.noise import NoiseSource, stable_seed
 from avsr.data.tokenizer import Tokenizer
@@ -236,11 +237,14 @@ class AVDataset(torch.utils.data.Dataset):
             whose audio got noise or another utterance's audio also carry ``audio_clean``: the features of
             their own audio without it (same speed factor, warp and masks), for the ``audiovisual_clean``
             training view of :class:`avsr.models.asr.AVSRModel`.
+        phone_lexicon: turns transcripts into phone ids (the targets of the phone CTC loss,
+            :class:`avsr.data.lexicon.PhoneLexicon`), or None.
 
     Items are dicts: ``utt_id`` (str), ``audio`` (T, 104) float32 or None, ``video`` (T, 88, 88) float32
     (normalised) or None, ``tokens`` (L,) int64 or None, ``text`` (str or None), ``labels`` (a list of
     ``(L_k,)`` int64, one per label set, or None), ``audio_clean`` ((T, 104) float32, or None when it is
-    the same as ``audio``, see ``keep_clean_audio``); T is the number of 25 fps video frames (audio-only:
+    the same as ``audio``, see ``keep_clean_audio``), ``phones`` ((P,) int64 phone ids, or None without
+    ``phone_lexicon``); T is the number of 25 fps video frames (audio-only:
     ceil(samples / 640)).
 
     Raises (from ``__getitem__``):
@@ -248,7 +252,8 @@ class AVDataset(torch.utils.data.Dataset):
             transcript is empty, or it has no labels in a label set or labels of the wrong length (more
             than ``max_frame_diff`` frames off); avsr.data.media.MediaError for a missing or corrupt file;
             avsr.data.tokenizer.TokenizerError: the transcript has characters the tokenizer maps to
-            ``<unk>`` (named).
+            ``<unk>`` (named); avsr.data.lexicon.LexiconError: a transcript word without a pronunciation
+            (named).
     """
 
     def __init__(
@@ -265,6 +270,7 @@ class AVDataset(torch.utils.data.Dataset):
         audio_augment: AudioAugment | None = None,
         cache_limit_mb: float | None = None,
         keep_clean_audio: bool = False,
+        phone_lexicon: PhoneLexicon | None = None,
     ):
         bad = [m for m in modalities if m not in STREAMS]
         if bad or not modalities:
@@ -286,6 +292,7 @@ class AVDataset(torch.utils.data.Dataset):
         self._feat_cache: dict[int, torch.Tensor] = {}  # audio features of the clean, unwarped waveform
         self.cache_limit_mb = cache_limit_mb
         self.keep_clean_audio = keep_clean_audio
+        self.phone_lexicon = phone_lexicon
         self._cache_bytes = 0
         self._cache_full = False
 
@@ -387,6 +394,10 @@ class AVDataset(torch.utils.data.Dataset):
             # a training target must not hold <unk>; validation text may (avsr.bin.train warns about it)
             ids = self.tokenizer.encode(u.text, f"utterance '{u.utt_id}'", allow_unknown=not self.train)
             tokens = torch.tensor(ids, dtype=torch.long)
+        phones = None
+        if self.phone_lexicon is not None:
+            phones = torch.tensor(self.phone_lexicon.encode(u.text or "", f"utterance '{u.utt_id}'"),
+                                  dtype=torch.long)
         return {
             "utt_id": u.utt_id,
             "audio": audio_feats,
@@ -396,6 +407,7 @@ class AVDataset(torch.utils.data.Dataset):
             "labels": [self._labels(ls, u.utt_id, num_frames, factor, edges)
                        for ls in self.label_sets] or None,
             "audio_clean": clean_feats,
+            "phones": phones,
         }
 
     def _parse_key(self, key: int | tuple) -> tuple[int, str | None, int, tuple[str, ...]]:
@@ -614,7 +626,8 @@ def collate(items: list[dict]) -> dict:
         ``ys_pad`` (B, L) int64 padded with -1 or None, ``ys_lens`` (B,) int64 or None, ``texts``,
         ``labels``: a list with one ``(B, L_k)`` int64 tensor padded with -1 per label set, or None,
         ``audio_clean``: (B, 104, T) float32 (each item's ``audio_clean``, or its ``audio`` where that is
-        None) when an item has one, else None.
+        None) when an item has one, else None, ``phones_pad`` (B, P) int64 padded with -1 and ``phones_lens``
+        (B,) int64 when the items have ``phones``, else None.
     """
     lengths = torch.tensor(
         [(it["video"] if it["video"] is not None else it["audio"]).shape[0] for it in items], dtype=torch.long
@@ -655,6 +668,11 @@ def collate(items: list[dict]) -> dict:
             if it["audio_clean"] is not None:
                 audio_clean[i, :, : it["audio_clean"].shape[0]] = it["audio_clean"].T
         batch["audio_clean"] = audio_clean
+    batch["phones_pad"] = batch["phones_lens"] = None
+    if items[0].get("phones") is not None:
+        batch["phones_lens"] = torch.tensor([it["phones"].numel() for it in items], dtype=torch.long)
+        batch["phones_pad"] = torch.nn.utils.rnn.pad_sequence([it["phones"] for it in items],
+                                                              batch_first=True, padding_value=-1)
     batch["labels"] = None
     if items[0].get("labels") is not None:
         batch["labels"] = [

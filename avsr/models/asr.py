@@ -103,6 +103,8 @@ class AVSRModel(nn.Module):
 
     Attributes: ``config`` (the complete :class:`~avsr.models.config.ModelConfig`, defaults filled in),
     ``conf`` (its ``model_conf``), ``encoder``, ``ctc_lo`` (Linear ``D -> V``, None when ``ctc_weight == 0``),
+    ``phone_ctc_lo`` (Linear ``D -> phone_vocab_size``, the phone CTC head; None when
+    ``phone_ctc_weight == 0``),
     ``decoder`` (None when ``ctc_weight == 1``), ``sos``, ``eos``, ``blank``, ``pad`` (None in the ESPnet
     convention), ``unk``, ``ignore_id``, ``token_list``, ``decode_defaults``.
 
@@ -141,6 +143,14 @@ class AVSRModel(nn.Module):
             self.batch_keys = ("audio", "video", "lengths", "ys_pad", "ys_lens", "audio_clean")
         d = encoder.output_size()
         self.ctc_lo = nn.Linear(d, vocab_size) if self.ctc_weight > 0 else None
+        self.phone_ctc_lo = None
+        if self.conf.phone_ctc_weight > 0:
+            if self.conf.phone_vocab_size is None:
+                raise ConfigError("model_conf: phone_ctc_weight > 0 needs phone_vocab_size (avsr.bin.train "
+                                  "--phone-lexicon sets it from the lexicon)")
+            self.phone_ctc_lo = nn.Linear(d, self.conf.phone_vocab_size)
+            self.batch_keys = ("audio", "video", "lengths", "ys_pad", "ys_lens", "audio_clean", "phones_pad",
+                               "phones_lens")
         offset = self.pad + 1 if self.pad is not None else 0  # fairseq positions start after <pad>
         self.decoder = None
         if self.ctc_weight < 1:
@@ -317,7 +327,8 @@ class AVSRModel(nn.Module):
 
     def forward(
         self, audio: Tensor | None, video: Tensor | None, lengths: Tensor, ys_pad: Tensor, ys_lens: Tensor,
-        audio_clean: Tensor | None = None,
+        audio_clean: Tensor | None = None, phones_pad: Tensor | None = None,
+        phones_lens: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Hybrid CTC/attention loss of a batch.
 
@@ -329,12 +340,16 @@ class AVSRModel(nn.Module):
             ys_lens: ``(B,)`` int64 target lengths.
             audio_clean: ``(B, 104, T)`` float: the audio of the ``audiovisual_clean`` training view (the
                 batch's audio without the loader's noise), or None (that view then takes ``audio``).
+            phones_pad: ``(B, P)`` int64 phone ids (``1..phone_vocab_size-1``) padded with -1, the targets of
+                the phone CTC head (``phone_ctc_weight > 0``; required then, ignored otherwise).
+            phones_lens: ``(B,)`` int64 phone target lengths.
 
         Returns:
             ``loss`` (scalar float32, differentiable) and ``stats``: detached scalar float32 tensors on the
             loss's device (no host synchronisation; the trainer averages them and reads them once per log
             interval) ``loss``, ``loss_ctc``, ``loss_att``, ``acc`` (attention token accuracy, eos
-            included); a part the model does not have (CTC-only or attention-only model) is ``nan``. In
+            included), ``loss_phone`` (phone CTC models only); a part the model does not have (CTC-only or
+            attention-only model) is ``nan``. In
             training, a batch with both streams and more than one of ``av_batch_views`` gives the sum of the
             views' losses (and of their parts) and the mean of their accuracies.
 
@@ -348,9 +363,14 @@ class AVSRModel(nn.Module):
                 the encoder's input errors.
         """
         ys, ys_in, ys_out = self._targets(ys_pad, ys_lens)
+        phones = None
+        if self.phone_ctc_lo is not None:
+            if phones_pad is None or phones_lens is None:
+                raise ValueError("phone_ctc_weight > 0: forward needs phones_pad and phones_lens")
+            phones = (phones_pad.clamp(min=0), phones_lens)
         views = self.conf.av_batch_views
         if not (self.training and audio is not None and video is not None) or views == ("audiovisual",):
-            return self._loss(self.encode(audio, video, lengths), ys, ys_lens, ys_in, ys_out)
+            return self._loss(self.encode(audio, video, lengths), ys, ys_lens, ys_in, ys_out, phones)
         video_features = self.encoder.encode_video(video, lengths) if set(views) != {"audio"} else None
         loss, stats = None, {}
         for view in views:  # 1-4 views; each a whole batch through the transformer and the decoder
@@ -358,28 +378,25 @@ class AVSRModel(nn.Module):
             view_audio = audio_clean if view == "audiovisual_clean" and audio_clean is not None else audio
             enc = self.encode(view_audio if "audio" in keep else None, None, lengths,
                               video_features=video_features if "video" in keep else None)
-            view_loss, view_stats = self._loss(enc, ys, ys_lens, ys_in, ys_out)
+            view_loss, view_stats = self._loss(enc, ys, ys_lens, ys_in, ys_out, phones)
             loss = view_loss if loss is None else loss + view_loss
             for key, value in view_stats.items():
                 stats[key] = stats.get(key, 0.0) + (value / len(views) if key == "acc" else value)
         return loss, stats
 
     def _loss(self, encoded: tuple[Tensor, Tensor], ys: Tensor, ys_lens: Tensor, ys_in: Tensor,
-              ys_out: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        """The hybrid loss and stats of :meth:`forward` for one encoder output ``(enc, enc_lens)``."""
+              ys_out: Tensor, phones: tuple[Tensor, Tensor] | None = None
+              ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The hybrid loss and stats of :meth:`forward` for one encoder output ``(enc, enc_lens)``, plus the
+        phone CTC loss where ``phones`` (``(B, P)`` ids, padding clamped to 0; ``(B,)`` lengths) is given."""
         enc, enc_lens = encoded
-        loss_ctc = loss_att = acc = None
+        loss_ctc = loss_att = acc = loss_phone = None
         if self.ctc_lo is not None:
-            with fp32_context(enc.device):  # CTC in float32 under any autocast
-                loss_ctc = F.ctc_loss(
-                    self.ctc_log_probs(enc).transpose(0, 1),
-                    ys.clamp(min=0),
-                    enc_lens,
-                    ys_lens.to(enc_lens),
-                    blank=self.blank,
-                    reduction="sum",
-                    zero_infinity=True,
-                ) / enc.size(0)
+            loss_ctc = self._ctc_loss(self.ctc_log_probs(enc), enc_lens, ys.clamp(min=0), ys_lens, self.blank)
+        if phones is not None:
+            with fp32_context(enc.device):
+                phone_logp = torch.log_softmax(self.phone_ctc_lo(enc.float()), dim=-1)
+            loss_phone = self._ctc_loss(phone_logp, enc_lens, *phones, blank=0)
         if self.decoder is not None:
             mask = torch.arange(enc.size(1), device=enc.device)[None, :] < enc_lens[:, None]
             logits = self.decoder(ys_in, enc, mask)
@@ -398,6 +415,8 @@ class AVSRModel(nn.Module):
             loss = loss_ctc
         else:
             loss = w * loss_ctc + (1.0 - w) * loss_att
+        if loss_phone is not None:
+            loss = loss + self.conf.phone_ctc_weight * loss_phone
         nan = torch.full((), float("nan"), device=loss.device)
         stats = {
             "loss": loss.detach(),
@@ -405,7 +424,17 @@ class AVSRModel(nn.Module):
             "loss_att": loss_att.detach() if loss_att is not None else nan,
             "acc": acc.float() if acc is not None else nan,
         }
+        if loss_phone is not None:
+            stats["loss_phone"] = loss_phone.detach()
         return loss, stats
+
+    @staticmethod
+    def _ctc_loss(logp: Tensor, enc_lens: Tensor, targets: Tensor, target_lens: Tensor, blank: int) -> Tensor:
+        """CTC loss of ``logp (B, T, C)`` log-probabilities (``blank`` id) against ``targets (B, L)``, summed
+        over the batch and divided by ``B`` (ESPnet ``CTC(reduce=True)``), in float32 under any autocast."""
+        with fp32_context(logp.device):
+            return F.ctc_loss(logp.float().transpose(0, 1), targets, enc_lens, target_lens.to(enc_lens),
+                              blank=blank, reduction="sum", zero_infinity=True) / logp.size(0)
 
     def default_decode_options(self) -> dict[str, Any]:
         """Search options used when :meth:`decode` gets no config: :class:`avsr.decode.DecodeConfig`'s

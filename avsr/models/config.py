@@ -61,6 +61,13 @@ class AVSRModelConfig(Config):
             one view. Default ``[audiovisual]``: one view, as AV-HuBERT. Batches that carry one stream (the
             loader's modality dropout) and evaluation are not affected; with several views the encoder
             makes no modality-dropout draw of its own on a two-stream batch (the views decide).
+        phone_ctc_weight: weight of an auxiliary CTC loss over the phones of the transcript (a second
+            linear head on the encoder output; training only, decoding does not use it), added to the
+            hybrid loss: ``L = ctc_weight * L_ctc + (1 - ctc_weight) * L_att + phone_ctc_weight * L_phone``.
+            The phones come from a pronunciation lexicon (:class:`avsr.data.lexicon.PhoneLexicon`,
+            ``avsr.bin.train --phone-lexicon``). 0 (default): no phone head.
+        phone_vocab_size: output size of the phone head (the lexicon's phones plus the CTC blank, id 0); the
+            trainer sets it from the lexicon; required when ``phone_ctc_weight > 0``.
     """
 
     ctc_weight: float = probability(0.3)
@@ -68,6 +75,8 @@ class AVSRModelConfig(Config):
     length_normalized_loss: bool = False
     token_convention: str = option("espnet", choices=sorted(TOKEN_CONVENTIONS))
     av_batch_views: tuple[str, ...] = option(("audiovisual",), choices=list(VIEWS), non_empty=True)
+    phone_ctc_weight: float = option(0.0, ge=0.0, finite=True)
+    phone_vocab_size: int | None = option(None, ge=2)
 
     def check(self) -> None:
         """The views must be distinct. Raises :class:`avsr.config.ConfigError`."""

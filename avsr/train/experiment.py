@@ -31,6 +31,7 @@ import yaml
 from avsr.config import ConfigError, UsageError, from_dict, parse_yaml
 from avsr.data.datadir import read_datadir
 from avsr.data.dataset import AVDataset, LabelSet
+from avsr.data.lexicon import PhoneLexicon
 from avsr.data.tokenizer import Tokenizer
 from avsr.fileio import remove_stale_tmp, write_text_atomic
 from avsr.models.config import ModelConfig
@@ -61,6 +62,9 @@ class ExperimentOptions:
         train_data, valid_data: Kaldi-style data dirs.
         exp_dir: the experiment directory (created).
         bpemodel: sentencepiece model (ASR training; None for pretraining).
+        phone_lexicon: a Kaldi ``lexicon.txt`` (:class:`avsr.data.lexicon.PhoneLexicon`): the phone targets of
+            a model with ``model_conf.phone_ctc_weight > 0`` (ASR training; required there, and refused for
+            a model without a phone loss).
         labels: pretraining: cluster label file names found in both data dirs, one per label set.
         init_encoder: checkpoint whose encoder starts the model's encoder (fine-tuning).
         train_noise: noise wav for training-time augmentation.
@@ -75,6 +79,7 @@ class ExperimentOptions:
     valid_data: Path
     exp_dir: Path
     bpemodel: Path | None = None
+    phone_lexicon: Path | None = None
     labels: list[str] | None = None
     init_encoder: Path | None = None
     train_noise: str | None = None
@@ -95,11 +100,13 @@ class ModelSetup:
         model: ``AVSRModel`` or ``AVHubertPretrainModel``; its ``config`` (a
             :class:`~avsr.models.config.ModelConfig`) goes into ``config.yaml`` and every checkpoint.
         tokenizer: the sentencepiece tokenizer (ASR training), None for pretraining.
+        phone_lexicon: the phone targets of the phone CTC loss, or None.
         train_labels, valid_labels: the cluster label sets of pretraining (None for ASR training).
     """
 
     model: torch.nn.Module
     tokenizer: Tokenizer | None = None
+    phone_lexicon: PhoneLexicon | None = None
     train_labels: list[LabelSet] | None = None
     valid_labels: list[LabelSet] | None = None
 
@@ -116,8 +123,8 @@ def setup_experiment(opts: ExperimentOptions) -> Trainer:
             rates, an ``--init-encoder`` checkpoint that does not fit, an utterance longer than
             ``batch_frames``.
         UsageError: the experiment holds checkpoints trained with other settings (:func:`keep_promise`).
-        DataDirError, TokenizerError, FileNotFoundError: bad data dirs, a transcript with ``<unk>``, missing
-            files (named).
+        DataDirError, TokenizerError, LexiconError, FileNotFoundError: bad data dirs, a transcript with
+            ``<unk>`` or a word the phone lexicon lacks, missing files (named).
         RuntimeError: ``ngpu > 0`` without CUDA.
     """
     experiment = load_experiment_config(opts.config)
@@ -196,9 +203,19 @@ def build_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
         if opts.bpemodel is None:
             raise ConfigError(f"{opts.config} is an ASR training config: --bpemodel is required")
         tokenizer = Tokenizer(opts.bpemodel)
+        lexicon = None
+        if config.model_conf.phone_ctc_weight > 0:
+            if opts.phone_lexicon is None:
+                raise ConfigError(f"{opts.config}: model_conf.phone_ctc_weight > 0 needs --phone-lexicon")
+            lexicon = PhoneLexicon.from_file(opts.phone_lexicon)
+            config = dataclasses.replace(config, model_conf=dataclasses.replace(
+                config.model_conf, phone_vocab_size=lexicon.num_classes))
+        elif opts.phone_lexicon is not None:
+            raise ConfigError(f"--phone-lexicon {opts.phone_lexicon}: {opts.config} has no phone loss "
+                              "(model_conf.phone_ctc_weight is 0)")
         model = AVSRModel.from_config(dataclasses.replace(config, vocab_size=tokenizer.vocab_size),
                                       str(opts.config))
-        setup = ModelSetup(model, tokenizer)
+        setup = ModelSetup(model, tokenizer, phone_lexicon=lexicon)
     if opts.init_encoder is not None:
         init_encoder(setup.model, opts.init_encoder)
     n_params = sum(p.numel() for p in setup.model.parameters())
@@ -313,6 +330,8 @@ def write_experiment(exp_dir: Path, cfg: TrainConfig, setup: ModelSetup, bpemode
     keep_promise(exp_dir, resolved, allow_change)
     if setup.tokenizer is not None:
         shutil.copyfile(bpemodel, exp_dir / "bpe.model")
+    if setup.phone_lexicon is not None:
+        setup.phone_lexicon.write(exp_dir / "lexicon.txt")
     write_text_atomic(exp_dir / "config.yaml", yaml.safe_dump(resolved, sort_keys=False))
     return resolved
 
@@ -339,6 +358,9 @@ def build_datasets(opts: ExperimentOptions, cfg: TrainConfig,
                                               str(opts.valid_data / "text"), strict=False)
         if unknown:  # validation text may hold characters the training text lacks: <unk> in its loss
             logger.warning("%s", unknown)
+    if setup.phone_lexicon is not None:
+        for data, utts in ((opts.train_data, train_utts), (opts.valid_data, valid_utts)):
+            setup.phone_lexicon.check_texts({u.utt_id: u.text for u in utts}, str(data / "text"))
     train_set = AVDataset(
         train_utts,
         setup.tokenizer,
@@ -348,9 +370,10 @@ def build_datasets(opts: ExperimentOptions, cfg: TrainConfig,
         label_sets=setup.train_labels or (),
         audio_augment=build_audio_augment(cfg),
         cache_limit_mb=cfg.cache_limit_mb,
+        phone_lexicon=setup.phone_lexicon,
     )
-    valid_set = AVDataset(valid_utts, setup.tokenizer, train=False,
-                          label_sets=setup.valid_labels or (), cache_limit_mb=cfg.cache_limit_mb)
+    valid_set = AVDataset(valid_utts, setup.tokenizer, train=False, label_sets=setup.valid_labels or (),
+                          cache_limit_mb=cfg.cache_limit_mb, phone_lexicon=setup.phone_lexicon)
     for name, dataset in (("--train-data", train_set), ("--valid-data", valid_set)):
         longest = max(range(len(dataset)), key=dataset.num_frames, default=None)
         if longest is not None and dataset.num_frames(longest) > cfg.batch_frames:

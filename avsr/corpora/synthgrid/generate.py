@@ -3,8 +3,9 @@
 Layout (see INTERFACES.md): ``<corpus>/<split>/<spk>/<utt>.{wav,mp4,txt,phn}`` for the splits train, valid,
 test and test_unseen_voice (disjoint speakers), ``<corpus>/noise/babble_train.wav`` and ``babble_test.wav``
 (babble of extra speakers, different ones for train and test), ``<corpus>/speakers.json`` (speaker id ->
-split, voice, prosody, vocal tract, microphone, appearance), ``<corpus>/synthgrid.json`` (the
-configuration) and ``<corpus>/.done`` at the end.
+split, voice, prosody, vocal tract, microphone, appearance), ``<corpus>/lexicon.txt`` (the GRID words'
+phones, Kaldi format: the targets of the phone CTC loss), ``<corpus>/synthgrid.json`` (the configuration)
+and ``<corpus>/.done`` at the end.
 
 Voices: with ``train_corpus="voices"`` train, valid and the training babble speak with ``train_voices``
 (default: every festival voice of :mod:`avsr.corpora.synthgrid.voices` but the held-out ones, half of the
@@ -65,6 +66,7 @@ from avsr.corpora.synthgrid.voices import (
     TRAIN_VOICES,
     UNSEEN_VOICES,
     VOICES,
+    english_lexicon,
     installed_voices,
 )
 from avsr.data.media import write_wav
@@ -460,6 +462,7 @@ def generate(
     write_text_atomic(
         root / "speakers.json", json.dumps({s.id: s.to_dict() for s in speakers}, indent=1) + "\n"
     )
+    english_lexicon().write(root / "lexicon.txt")
     (root / ".done").unlink(missing_ok=True)
 
     specs = plan_utterances(config, speakers)

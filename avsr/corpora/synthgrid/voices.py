@@ -40,6 +40,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from avsr.data.lexicon import PhoneLexicon
+
 #: festival's voice directories (Debian)
 FESTIVAL_VOICE_ROOT = Path("/usr/share/festival/voices")
 
@@ -441,6 +443,15 @@ ENGLISH_PRONUNCIATIONS: dict[str, tuple[tuple[str, bool], ...]] = {
         "AGAIN": "ax:0 g:1 eh:1 n:1", "NOW": "n:1 aw:1", "PLEASE": "p:1 l:1 iy:1 z:1", "SOON": "s:1 uw:1 n:1",
     }.items()
 }  # fmt: skip
+
+
+def english_lexicon() -> PhoneLexicon:
+    """The GRID words as festival's English front end says them (:data:`ENGLISH_PRONUNCIATIONS`, stress
+    dropped): the phone targets of the phone CTC loss (``<corpus>/lexicon.txt``, ``avsr.bin.train
+    --phone-lexicon``). 51 words, 33 phones; one canonical pronunciation per word whatever the engine or
+    accent that spoke it."""
+    return PhoneLexicon({w: [p for p, _ in phones] for w, phones in ENGLISH_PRONUNCIATIONS.items()},
+                        name="the GRID lexicon")
 
 
 def grid_diphones(phone_map: PhoneMap) -> dict[str, str]:
