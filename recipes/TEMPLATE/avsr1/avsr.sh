@@ -63,6 +63,8 @@ km_percent=${km_percent:--1}              # share of the utterances used to fit 
 scratch_baseline=${scratch_baseline:-false}  # also train the same model from scratch (stage 9)
 init_encoder=${init_encoder:-}             # stage 9 without pretraining stages: start the encoder from this
 train_opts=${train_opts:-}                 # more options of avsr.bin.train, e.g. "--precision bf16"
+phone_lexicon=${phone_lexicon:-}           # Kaldi lexicon.txt (WORD phone...): the phone targets of a training
+                                           #   config with model_conf.phone_ctc_weight > 0
 decode_opts=${decode_opts:-}               # more options of avsr.bin.decode, e.g. "--precision bf16"
 
 # ---- options: --name value ----
@@ -218,6 +220,7 @@ stage_train() {
   for sys in "${systems[@]}"; do
     local opts=()
     [ "$sys" = "$exp" ] && opts=("${init_opt[@]}")
+    [ -n "$phone_lexicon" ] && opts+=(--phone-lexicon "$phone_lexicon")
     log "training ${sys} on ${data_dir}/${asr_train_set} ${opts[*]}"
     # shellcheck disable=SC2046
     $(launcher) -m avsr.bin.train --config "$train_config" --train-data "${data_dir}/${asr_train_set}" \
