@@ -56,6 +56,9 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     # every input's edges are brought into the range the trainer recorded, where the audio shows them: clean,
     # not in babble (the video-only decode finds them in the noisy audio too, so the noisy conditions agree)
     edges = load_checkpoint(next(exp.glob("epoch*.pt")))["data_stats"]["edge_frames"]
+    # the default config's phone loss learned the corpus' GRID lexicon (run.sh passes --phone-lexicon)
+    assert (exp / "lexicon.txt").read_text() == (tmp_path / "corpus" / "lexicon.txt").read_text()
+    assert load_checkpoint(next(exp.glob("epoch*.pt")))["model_config"]["model_conf"]["phone_ctc_weight"] > 0
     assert len(edges) == 2 and all(0 <= lo <= hi for lo, hi in edges)
     settings = yaml.safe_load((exp / "decode/test/video/decode_settings.yaml").read_text())
     assert settings["edge_frames"] == edges

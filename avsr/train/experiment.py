@@ -63,8 +63,8 @@ class ExperimentOptions:
         exp_dir: the experiment directory (created).
         bpemodel: sentencepiece model (ASR training; None for pretraining).
         phone_lexicon: a Kaldi ``lexicon.txt`` (:class:`avsr.data.lexicon.PhoneLexicon`): the phone targets of
-            a model with ``model_conf.phone_ctc_weight > 0`` (ASR training; required there, and refused for
-            a model without a phone loss).
+            a model with ``model_conf.phone_ctc_weight > 0`` (ASR training; required there; for a model
+            without a phone loss it is logged as not used).
         labels: pretraining: cluster label file names found in both data dirs, one per label set.
         init_encoder: checkpoint whose encoder starts the model's encoder (fine-tuning).
         train_noise: noise wav for training-time augmentation.
@@ -210,9 +210,9 @@ def build_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
             lexicon = PhoneLexicon.from_file(opts.phone_lexicon)
             config = dataclasses.replace(config, model_conf=dataclasses.replace(
                 config.model_conf, phone_vocab_size=lexicon.num_classes))
-        elif opts.phone_lexicon is not None:
-            raise ConfigError(f"--phone-lexicon {opts.phone_lexicon}: {opts.config} has no phone loss "
-                              "(model_conf.phone_ctc_weight is 0)")
+        elif opts.phone_lexicon is not None:  # a recipe passes its lexicon whatever the config
+            logger.info("--phone-lexicon %s not used: %s has no phone loss (model_conf.phone_ctc_weight 0)",
+                        opts.phone_lexicon, opts.config)
         model = AVSRModel.from_config(dataclasses.replace(config, vocab_size=tokenizer.vocab_size),
                                       str(opts.config))
         setup = ModelSetup(model, tokenizer, phone_lexicon=lexicon)

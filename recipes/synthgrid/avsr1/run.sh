@@ -45,7 +45,7 @@ done
   --local-data-opts "${corpus_opts[*]}" \
   --train-set train --valid-set valid --test-sets "${test_sets//-/_}" --edge-test-sets test \
   --vocab-size 120 --bpemode bpe \
-  --train-config conf/train/avsr_synthgrid_cpu.yaml \
+  --train-config conf/train/avsr_synthgrid_cpu.yaml --phone-lexicon "${corpus_dir}/lexicon.txt" \
   --decode-config conf/decode/default.yaml \
   --train-noise "${corpus_dir}/noise/babble_train.wav" \
   --test-noise "${corpus_dir}/noise/babble_test.wav" --noise-name babble --test-snrs "10 5 0 -5" \
