@@ -64,8 +64,23 @@ _BOOL_TAG = "tag:yaml.org,2002:bool"
 _FLOAT_TAG = "tag:yaml.org,2002:float"
 
 
+class _DuplicateKey(yaml.YAMLError):
+    """A mapping key given twice (:class:`_Loader`)."""
+
+
 class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with the YAML 1.2 core schema's booleans and floats."""
+    """PyYAML's safe loader with the YAML 1.2 core schema's booleans and floats, refusing a key given twice in
+    one mapping (PyYAML keeps the last silently; YAML 1.2 requires unique keys)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str) and key in seen:
+                raise _DuplicateKey(f"key '{key}' given twice (lines {seen[key]} and {line})")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -90,10 +105,12 @@ def parse_yaml(text: str, where: str = "<string>") -> Any:
     """YAML text -> Python objects with the scalars described in the module docstring.
 
     Raises:
-        ConfigError: not valid YAML (names ``where``).
+        ConfigError: not valid YAML, or a key given twice in one mapping (names ``where`` and the lines).
     """
     try:
         return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
+    except _DuplicateKey as e:
+        raise ConfigError(f"{where}: {e}") from e
     except yaml.YAMLError as e:
         raise ConfigError(f"{where}: not valid YAML: {e}") from e
 

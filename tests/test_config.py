@@ -102,6 +102,8 @@ def test_yaml_numbers_and_booleans_follow_yaml_1_2(tmp_path):
         ("warmup_steps: 2.5", "warmup_steps: expected an integer, got 2.5"),
         ("max_epoch: [3]", "max_epoch: expected an integer, got [3]"),
         ("betas: [0.9]", "betas: expected 2 values"),
+        # a key given twice is an error, not the last one silently (PyYAML's own loader keeps the last)
+        ("model_conf:\n  ctc_weight: 0.3\n  ctc_weight: 0.5", "key 'ctc_weight' given twice (lines 2 and 3)"),
     ]:
         path.write_text(text + "\n")
         with pytest.raises(ConfigError) as err:
