@@ -149,8 +149,12 @@ def test_training_refuses_a_transcript_the_tokenizer_cannot_encode(tmp_path, cap
     bad = Utterance("s-9", "s", wav="x.wav", text="LAY R\u00c9D NOW")
     write_datadir(tmp_path / "train", [*good, bad])  # a training target with <unk>: refused
     write_datadir(tmp_path / "valid", good[:2])
+    from avsr.corpora.synthgrid.voices import english_lexicon
+
+    english_lexicon().write(tmp_path / "lexicon.txt")  # the shipped config's phone loss needs it
     argv = ["--config", "avsr_synthgrid_cpu", "--train-data", str(tmp_path / "train"), "--valid-data",
-            str(tmp_path / "valid"), "--bpemodel", str(model), "--exp-dir", str(tmp_path / "exp")]
+            str(tmp_path / "valid"), "--bpemodel", str(model), "--exp-dir", str(tmp_path / "exp"),
+            "--phone-lexicon", str(tmp_path / "lexicon.txt")]
     status, line = _run(capsys, "train", argv)
     assert status == 1 and line.startswith("avsr-train: error: "), line
     assert f"{tmp_path / 'train' / 'text'}: utterance 's-9': characters the tokenizer" in line, line

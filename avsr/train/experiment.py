@@ -106,9 +106,9 @@ class ModelSetup:
 
     model: torch.nn.Module
     tokenizer: Tokenizer | None = None
-    phone_lexicon: PhoneLexicon | None = None
     train_labels: list[LabelSet] | None = None
     valid_labels: list[LabelSet] | None = None
+    phone_lexicon: PhoneLexicon | None = None
 
 
 def setup_experiment(opts: ExperimentOptions) -> Trainer:
