@@ -265,6 +265,12 @@ def check_configs() -> None:
                     if model.pretraining:
                         AVHubertPretrainModel.from_config(dataclasses.replace(model, num_classes=[10]), name)
                     else:
+                        if model.model_conf.phone_ctc_weight > 0:  # the trainer sets it from the lexicon
+                            from avsr.corpora.synthgrid.voices import english_lexicon
+
+                            phones = english_lexicon().num_classes
+                            model = dataclasses.replace(model, model_conf=dataclasses.replace(
+                                model.model_conf, phone_vocab_size=phones))
                         AVSRModel.from_config(dataclasses.replace(model, vocab_size=10), name)
     assert DecodeConfig.from_yaml("avhubert_s2s").search == "fairseq"
     log("    " + ", ".join(f"{k}: {n}" for k, n in counts.items()))
