@@ -10,7 +10,7 @@ which words share (the letter ``B`` and ``BIN``, ``BLUE``, ``BY``), instead of o
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from avsr.fileio import write_text_atomic
@@ -106,11 +106,3 @@ class PhoneLexicon:
             missing = sorted({w for u in bad for w in texts[u].split() if w not in self.entries})
             raise LexiconError(f"{where}: {len(bad)} utterances have words without a pronunciation in "
                                f"{self.name}, e.g. '{bad[0]}' ({', '.join(missing[:5])})")
-
-    @classmethod
-    def from_pairs(cls, pairs: Iterable[tuple[str, Sequence[str]]], name: str = "lexicon") -> PhoneLexicon:
-        """Build from ``(word, phones)`` pairs (the first pronunciation of a word is kept)."""
-        entries: dict[str, Sequence[str]] = {}
-        for word, phones in pairs:
-            entries.setdefault(word, phones)
-        return cls(entries, name=name)

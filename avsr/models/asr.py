@@ -278,10 +278,13 @@ class AVSRModel(nn.Module):
         The projection ``ctc_lo`` and the log-softmax are computed in float32 even under autocast (bfloat16
         logits would be rounded to 1/256 of their magnitude, e.g. steps of 1/8 at 20).
         """
-        if self.ctc_lo is None:
-            return None
+        return None if self.ctc_lo is None else self._fp32_log_probs(self.ctc_lo, enc)
+
+    @staticmethod
+    def _fp32_log_probs(head: nn.Linear, enc: Tensor) -> Tensor:
+        """``log_softmax(head(enc))`` ``(B, T, C)`` computed in float32 under any autocast."""
         with fp32_context(enc.device):
-            return torch.log_softmax(self.ctc_lo(enc.float()), dim=-1)
+            return torch.log_softmax(head(enc.float()), dim=-1)
 
     def search_config(self, config: SearchConfig | None = None, **overrides: Any) -> SearchConfig:
         """``config`` (or :meth:`default_decode_options` when None) with ``overrides`` applied; the type
@@ -394,8 +397,7 @@ class AVSRModel(nn.Module):
         if self.ctc_lo is not None:
             loss_ctc = self._ctc_loss(self.ctc_log_probs(enc), enc_lens, ys.clamp(min=0), ys_lens, self.blank)
         if phones is not None:
-            with fp32_context(enc.device):
-                phone_logp = torch.log_softmax(self.phone_ctc_lo(enc.float()), dim=-1)
+            phone_logp = self._fp32_log_probs(self.phone_ctc_lo, enc)
             loss_phone = self._ctc_loss(phone_logp, enc_lens, *phones, blank=0)
         if self.decoder is not None:
             mask = torch.arange(enc.size(1), device=enc.device)[None, :] < enc_lens[:, None]
