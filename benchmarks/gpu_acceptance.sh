@@ -14,9 +14,10 @@
 #
 # The steps and their figures (acceptance.json: "steps" -> name -> status ok|failed|skipped, rc, seconds,
 # figures; a failed step also has log_tail, the last lines of DIR/steps/<name>.log; a skipped one a reason):
-#   cuda_tests  pytest -q -rs -k cuda over the test files that mention CUDA (today
-#               tests/test_beam_search.py::test_cuda_search_matches_cpu). Figures: passed, skipped, failed,
-#               errors. On CPU they skip; with --device cuda a skipped CUDA test fails the step.
+#   cuda_tests  pytest -q -rs -m cuda: the tests marked cuda (the batched beam search, a float32 training
+#               step and the Transcriber's batches against the CPU, bf16 training against float32 on the
+#               GPU, auto precision on the GPU). Figures: passed, skipped, failed, errors. Without CUDA they
+#               skip; with --device cuda a skipped CUDA test fails the step.
 #   train_step  one training step (forward, backward, fused AdamW step; dropouts off, both modalities) of the
 #               AV-HuBERT BASE and LARGE encoders (avsr/conf/model/avhubert_{base,large}.yaml) on an
 #               audio-visual batch of 8 x 250 frames (10 s each: stacked filterbanks and 88x88 lips), bf16

@@ -257,8 +257,8 @@ def test_min_and_max_length_ratios_bound_hypothesis_lengths():
         assert [h.score for h in hyps[u]] == sorted((h.score for h in hyps[u]), reverse=True)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_search_matches_cpu():
+@pytest.mark.cuda
+def test_cuda_search_matches_cpu(exact_cuda_float32):
     v, d, b, t = 12, 12, 3, 9
     dec = make_decoder(v, d, seed=3)
     torch.manual_seed(5)

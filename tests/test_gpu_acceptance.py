@@ -50,7 +50,9 @@ def test_tiny_cpu_run_writes_every_step_with_its_figures(tmp_path):
 
     tests = steps["cuda_tests"]["figures"]  # on CPU the CUDA tests are collected and skip
     assert tests["skipped"] >= 1 and tests["failed"] == tests["errors"] == 0
-    assert "tests/test_beam_search.py" in tests["files"]
+    files = {"tests/test_beam_search.py", "tests/test_precision.py", "tests/test_inference.py"}
+    assert files <= set(tests["files"])
+    assert tests["select"] == "-m cuda"
 
     configs = steps["train_step"]["figures"]["configs"]
     assert [c["config"] for c in configs] == ["avhubert_base (tiny)", "avhubert_large (tiny)"]

@@ -113,6 +113,25 @@ def test_batched_decoding_gives_the_single_utterance_transcripts(env):
     assert [r.tokens for r in batch] == direct
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("modality", ["audiovisual", "audio", "video"])
+def test_cuda_gives_the_cpus_transcripts(env, modality, exact_cuda_float32):
+    """The one inference path on a GPU: a batch decoded on CUDA (float32, and bf16 where the GPU has it)
+    gives the CPU's words; float32 scores agree to rounding."""
+    import copy
+
+    items = [TranscribeItem(video=v, audio=a) for v, a in env["utts"]]
+    cpu = _transcriber(env).transcribe_batch(items, modality=modality)
+    gpu = Transcriber(copy.deepcopy(env["models"][0]), env["tokenizer"], DECODE, device="cuda",
+                      precision="fp32").transcribe_batch(items, modality=modality)
+    assert [r.tokens for r in gpu] == [r.tokens for r in cpu]
+    assert [r.score for r in gpu] == pytest.approx([r.score for r in cpu], rel=1e-4, abs=1e-3)
+    auto = Transcriber(copy.deepcopy(env["models"][0]), env["tokenizer"], DECODE, device="cuda",
+                       precision="auto")
+    assert auto.precision == ("bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp32")
+    assert all(math.isfinite(r.score) for r in auto.transcribe_batch(items, modality=modality))
+
+
 def test_an_experiment_dir_averages_its_best_checkpoints(env):
     tr = Transcriber.from_pretrained(env["exp"], decode_config=DECODE, average_nbest=2)
     a, b = (m.state_dict() for m in env["models"])

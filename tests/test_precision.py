@@ -57,14 +57,19 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
-def loss_and_grads(model: torch.nn.Module, inputs: tuple, precision: str = "fp32") -> tuple:
-    model.train()
+def loss_and_grads(model: torch.nn.Module, inputs: tuple, precision: str = "fp32",
+                   device: str = "cpu") -> tuple:
+    """One training step of ``model`` on ``device``: loss, stats and gradients (float32, on the CPU)."""
+    model = model.to(device).train()
     model.zero_grad(set_to_none=True)
-    with autocast_context("cpu", precision):
-        loss, stats = model(*inputs)
+    with autocast_context(device, precision):
+        loss, stats = model(*(x.to(device) if x is not None else None for x in inputs))
     loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return loss.detach(), stats, grads
+    # copies: moving the model to another device later moves its .grad tensors in place
+    grads = {n: p.grad.to("cpu", torch.float32, copy=True) for n, p in model.named_parameters()
+             if p.grad is not None}
+    model.cpu()
+    return loss.detach().cpu(), {k: v.cpu() if torch.is_tensor(v) else v for k, v in stats.items()}, grads
 
 
 def grad_rel(grads: dict, ref: dict, video: bool) -> float:
@@ -251,25 +256,59 @@ def bf16_rounding_model(model: AVSRModel) -> AVSRModel:
     return model
 
 
-def test_bf16_training_step_is_close_to_fp32():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_bf16_training_step_is_close_to_fp32(device, request):
+    """bf16 autocast against float32 on the same device (CUDA: float32 without TF32)."""
+    if device == "cuda":
+        request.getfixturevalue("exact_cuda_float32")
     torch.manual_seed(0)
     model = AVSRModel({"vocab_size": 10, "encoder_conf": ENC, "decoder_conf": DEC})
     inputs = batch()
-    ref_loss, _, ref = loss_and_grads(model, inputs)
-    loss, stats, grads = loss_and_grads(model, inputs, "bf16")
+    ref_loss, _, ref = loss_and_grads(model, inputs, device=device)
+    loss, stats, grads = loss_and_grads(model, inputs, "bf16", device)
     assert loss.dtype == torch.float32 and torch.isfinite(loss) and set(grads) == set(ref)
     assert all(v.dtype == torch.float32 for v in stats.values())  # CTC and the losses in float32
     assert abs(float(loss) - float(ref_loss)) < 3e-2 * abs(float(ref_loss))
     assert grad_rel(grads, ref, video=False) < 0.1
     # the video ResNet's gradients: near what bfloat16 rounding at every layer does to them in float32 (the
     # module docstring); emulated bfloat16 kernels differ more from float32 than native ones
-    _, _, rounded = loss_and_grads(bf16_rounding_model(model), inputs)
+    _, _, rounded = loss_and_grads(bf16_rounding_model(model), inputs, device=device)
     yardstick = grad_rel(rounded, ref, video=True)
     audio, video, *rest = inputs
-    _, _, input_only = loss_and_grads(model, (audio, video.bfloat16().float(), *rest))
+    _, _, input_only = loss_and_grads(model, (audio, video.bfloat16().float(), *rest), device=device)
     assert yardstick > grad_rel(input_only, ref, video=True)  # it rounds more than the input alone
-    factor = 1.6 if native_bf16("cpu")[0] else 2.0
+    factor = 1.6 if native_bf16(device)[0] else 2.0
     assert grad_rel(grads, ref, video=True) < factor * max(yardstick, 1e-2)
+
+
+@pytest.mark.cuda
+def test_float32_training_step_on_cuda_matches_the_cpu(exact_cuda_float32):
+    """The same model and batch on CUDA and on the CPU, float32 without TF32: the loss and every gradient
+    agree to float32 rounding (different kernels sum in different orders)."""
+    torch.manual_seed(0)
+    model = AVSRModel({"vocab_size": 10, "encoder_conf": ENC, "decoder_conf": DEC})
+    inputs = batch()
+    cpu_loss, cpu_stats, cpu_grads = loss_and_grads(model, inputs)
+    loss, stats, grads = loss_and_grads(model, inputs, device="cuda")
+    assert set(grads) == set(cpu_grads) and float(loss) == pytest.approx(float(cpu_loss), rel=1e-5)
+    # per parameter, with a floor for gradients that are zero but for rounding (the key projection's bias:
+    # softmax ignores a constant added to every key's score)
+    off = {k: float((grads[k] - cpu_grads[k]).norm() - 1e-3 * cpu_grads[k].norm()) for k in grads}
+    assert max(off.values()) < 1e-6, max(off, key=off.get)
+    assert grad_rel(grads, cpu_grads, video=True) < 1e-4 and grad_rel(grads, cpu_grads, video=False) < 1e-4
+
+
+@pytest.mark.cuda
+def test_auto_precision_on_cuda_follows_the_gpu():
+    """auto on a CUDA device: bf16 where the GPU computes it natively (Ampere and later), else fp32."""
+    native, reason = native_bf16("cuda")
+    assert native == torch.cuda.is_bf16_supported(including_emulation=False)
+    assert torch.cuda.get_device_name() in reason
+    assert resolve_precision("auto", "cuda") == ("bf16" if native else "fp32")
+    assert TrainConfig().resolved_precision(torch.device("cuda")) == ("bf16" if native else "fp32")
+    with autocast_context("cuda", "auto"):
+        out = torch.nn.functional.linear(torch.randn(2, 4, device="cuda"), torch.randn(3, 4, device="cuda"))
+    assert out.dtype == (torch.bfloat16 if native else torch.float32)
 
 
 def test_auto_precision_follows_the_cpu(monkeypatch, caplog):
