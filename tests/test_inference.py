@@ -7,6 +7,7 @@ paths that must give the same words, and the errors, not accuracy.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 
@@ -118,8 +119,6 @@ def test_batched_decoding_gives_the_single_utterance_transcripts(env):
 def test_cuda_gives_the_cpus_transcripts(env, modality, exact_cuda_float32):
     """The one inference path on a GPU: a batch decoded on CUDA (float32, and bf16 where the GPU has it)
     gives the CPU's words; float32 scores agree to rounding."""
-    import copy
-
     items = [TranscribeItem(video=v, audio=a) for v, a in env["utts"]]
     cpu = _transcriber(env).transcribe_batch(items, modality=modality)
     gpu = Transcriber(copy.deepcopy(env["models"][0]), env["tokenizer"], DECODE, device="cuda",
