@@ -4,8 +4,8 @@ Usage (from a recipe directory after its data stages, e.g. ``recipes/synthgrid/a
 
     python ../../../benchmarks/profile_train.py --config conf/train/avsr_synthgrid_cpu.yaml \\
         --train-data data/train --bpemodel data/token_list/bpe.model \\
-        --train-noise corpus/noise/babble_train.wav [--threads 2] [--steps 150] [--skip 80] \\
-        [--set precision=bf16 ...] [--ops 25] [--json out.json]
+        --train-noise corpus/noise/babble_train.wav --phone-lexicon corpus/lexicon.txt \\
+        [--threads 2] [--steps 150] [--skip 80] [--set precision=bf16 ...] [--ops 25] [--json out.json]
 
 Builds the model, datasets and :class:`avsr.train.trainer.Trainer` exactly as ``avsr.bin.train`` does, then
 runs ``--skip`` untimed steps (the first epoch also decodes and caches the media) and ``--steps`` timed ones
@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from avsr.data.datadir import read_datadir  # noqa: E402
 from avsr.data.dataset import AVDataset  # noqa: E402
+from avsr.data.lexicon import PhoneLexicon  # noqa: E402
 from avsr.data.tokenizer import Tokenizer  # noqa: E402
 from avsr.models.asr import AVSRModel  # noqa: E402
 from avsr.nn.precision import flush_denormal, machine_summary  # noqa: E402
@@ -59,6 +60,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--train-data", required=True, type=Path)
     p.add_argument("--bpemodel", required=True, type=Path)
     p.add_argument("--train-noise", default=None)
+    p.add_argument("--phone-lexicon", type=Path, default=None,
+                   help="Kaldi lexicon.txt (the recipe's corpus/lexicon.txt): the phone targets of a config "
+                        "with model_conf.phone_ctc_weight > 0, as avsr.bin.train --phone-lexicon")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     p.add_argument("--steps", type=int, default=150, help="timed steps")
     p.add_argument("--skip", type=int, default=80, help="untimed steps first (media decoding, warm-up)")
@@ -80,11 +84,18 @@ def main(argv: list[str] | None = None) -> None:
         flush_denormal(True)
     torch.manual_seed(cfg.seed)
     tokenizer = Tokenizer(args.bpemodel)
-    model = AVSRModel.from_config(dataclasses.replace(experiment.model, vocab_size=tokenizer.vocab_size))
+    model_config, lexicon = experiment.model, None
+    if model_config.model_conf.phone_ctc_weight > 0:
+        if args.phone_lexicon is None:
+            raise SystemExit(f"{args.config}: model_conf.phone_ctc_weight > 0 needs --phone-lexicon")
+        lexicon = PhoneLexicon.from_file(args.phone_lexicon)
+        model_config = dataclasses.replace(model_config, model_conf=dataclasses.replace(
+            model_config.model_conf, phone_vocab_size=lexicon.num_classes))
+    model = AVSRModel.from_config(dataclasses.replace(model_config, vocab_size=tokenizer.vocab_size))
     config = model.config.to_dict()
     train_set = AVDataset(read_datadir(args.train_data), tokenizer, train=True,
                           noise=build_noise(args.train_noise, cfg), seed=cfg.seed,
-                          audio_augment=build_audio_augment(cfg))
+                          audio_augment=build_audio_augment(cfg), phone_lexicon=lexicon)
     trainer = Trainer(model, config, train_set, train_set, cfg, Path("/tmp") / f"profile_train_{os.getpid()}")
     trainer.model.train()
 

@@ -4,7 +4,9 @@ with ``avsr.bin.train --phone-lexicon``."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -162,3 +164,39 @@ def test_training_with_a_phone_lexicon_keeps_it_in_the_experiment_and_names_bad_
     (tmp_path / "short.txt").write_text("BIN b ih n\n")
     status, line = run("phone.yaml", "short", "--phone-lexicon", str(tmp_path / "short.txt"))
     assert status == 1 and "train/text" in line and "short.txt" in line, line
+
+
+def test_profile_train_benchmark_profiles_a_config_with_the_phone_loss(grid, tmp_path, capsys):
+    """benchmarks/profile_train.py builds the model as avsr.bin.train does: the recipe's config (phone loss
+    on) needs the lexicon, and the profiled steps then include the phone head's loss."""
+    root, _, utts = grid
+    write_datadir(tmp_path / "train", utts)
+    english_lexicon().write(tmp_path / "lexicon.txt")
+    model_conf = {**MODEL["model_conf"], "phone_ctc_weight": 0.3}
+    cfg = {"encoder_conf": MODEL["encoder_conf"], "decoder_conf": MODEL["decoder_conf"],
+           "model_conf": model_conf, "batch_frames": 100, "warmup_steps": 2}
+    (tmp_path / "phone.yaml").write_text(yaml.safe_dump(cfg))
+    spec = importlib.util.spec_from_file_location(
+        "profile_train", Path(__file__).resolve().parents[1] / "benchmarks" / "profile_train.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    argv = ["--config", str(tmp_path / "phone.yaml"), "--train-data", str(tmp_path / "train"),
+            "--bpemodel", str(root / "bpe.model"), "--steps", "2", "--skip", "1"]
+    with pytest.raises(SystemExit, match="phone_ctc_weight > 0 needs --phone-lexicon"):
+        bench.main(argv)
+    calls = []
+    original = AVSRModel.forward
+
+    def spy(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        calls.append(out)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(AVSRModel, "forward", spy)
+        bench.main([*argv, "--phone-lexicon", str(tmp_path / "lexicon.txt"),
+                    "--json", str(tmp_path / "p.json")])
+    figures = json.loads((tmp_path / "p.json").read_text())
+    assert figures["steps"] == 2 and figures["wall_ms"]["step"] > 0
+    assert sum(v["batches"] for v in figures["kinds"].values()) == 2
+    assert calls and all("loss_phone" in stats for _, stats in calls)
