@@ -36,13 +36,12 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from avsr.config import ConfigError  # noqa: E402
 from avsr.data.datadir import read_datadir  # noqa: E402
 from avsr.data.dataset import AVDataset  # noqa: E402
-from avsr.data.lexicon import PhoneLexicon  # noqa: E402
-from avsr.data.tokenizer import Tokenizer  # noqa: E402
-from avsr.models.asr import AVSRModel  # noqa: E402
 from avsr.nn.precision import flush_denormal, machine_summary  # noqa: E402
 from avsr.train.config import load_experiment_config  # noqa: E402
+from avsr.train.experiment import ExperimentOptions, build_model  # noqa: E402
 from avsr.train.trainer import Trainer, build_audio_augment, build_noise  # noqa: E402
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -83,19 +82,17 @@ def main(argv: list[str] | None = None) -> None:
     if cfg.flush_denormal:  # as avsr-train: before the first parallel op, so that every thread has it
         flush_denormal(True)
     torch.manual_seed(cfg.seed)
-    tokenizer = Tokenizer(args.bpemodel)
-    model_config, lexicon = experiment.model, None
-    if model_config.model_conf.phone_ctc_weight > 0:
-        if args.phone_lexicon is None:
-            raise SystemExit(f"{args.config}: model_conf.phone_ctc_weight > 0 needs --phone-lexicon")
-        lexicon = PhoneLexicon.from_file(args.phone_lexicon)
-        model_config = dataclasses.replace(model_config, model_conf=dataclasses.replace(
-            model_config.model_conf, phone_vocab_size=lexicon.num_classes))
-    model = AVSRModel.from_config(dataclasses.replace(model_config, vocab_size=tokenizer.vocab_size))
+    opts = ExperimentOptions(config=args.config, train_data=args.train_data, valid_data=args.train_data,
+                             exp_dir=Path("/tmp"), bpemodel=args.bpemodel, phone_lexicon=args.phone_lexicon)
+    try:  # the model, tokenizer and phone lexicon as avsr.bin.train builds them
+        setup = build_model(opts, experiment.model)
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
+    model = setup.model
     config = model.config.to_dict()
-    train_set = AVDataset(read_datadir(args.train_data), tokenizer, train=True,
+    train_set = AVDataset(read_datadir(args.train_data), setup.tokenizer, train=True,
                           noise=build_noise(args.train_noise, cfg), seed=cfg.seed,
-                          audio_augment=build_audio_augment(cfg), phone_lexicon=lexicon)
+                          audio_augment=build_audio_augment(cfg), phone_lexicon=setup.phone_lexicon)
     trainer = Trainer(model, config, train_set, train_set, cfg, Path("/tmp") / f"profile_train_{os.getpid()}")
     trainer.model.train()
 
