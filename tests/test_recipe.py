@@ -36,7 +36,8 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     train_cfg, decode_cfg = tiny_configs(tmp_path)
     common = ["--corpus-dir", str(tmp_path / "corpus"), "--data-dir", str(tmp_path / "data"),
               "--exp-dir", str(tmp_path / "exp"), "--num-train", "24", "--num-valid", "4", "--num-test", "6",
-              "--train-speakers", "4", "--num-test-unseen-voice", "4", "--test-unseen-voice-speakers", "2",
+              "--train-speakers", "6", "--num-test-unseen-voice", "4", "--test-unseen-voice-speakers", "2",
+              "--num-test-espeak-ng", "3", "--num-test-flite", "2", "--test-engine-speakers", "1",
               "--babble-seconds", "8", "--train-config", str(train_cfg), "--decode-config", str(decode_cfg),
               "--test-snrs", "0 -5", "--tag", "tiny"]
     proc = run(common)
@@ -47,11 +48,11 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
 
     rows = json.loads(results_path.read_text())
     conditions = {(r["test_set"], r["modality"], r["noise"], r["snr_db"]) for r in rows}
-    assert conditions == {(t, m, n, s) for t in ("test", "test_unseen_voice", "test_edges")
-                          for m in ("audio", "video", "audiovisual")
+    sizes = {"test": 6, "test_unseen_voice": 4, "test_espeak_ng": 3, "test_flite": 2, "test_edges": 6}
+    assert conditions == {(t, m, n, s) for t in sizes for m in ("audio", "video", "audiovisual")
                           for n, s in (("clean", None), ("babble", 0.0), ("babble", -5.0))}
     for r in rows:
-        utts = 4 if r["test_set"] == "test_unseen_voice" else 6
+        utts = sizes[r["test_set"]]
         assert r["num_utts"] == utts and r["num_words"] == 6 * utts and r["wer"] >= 0
     # every input's edges are brought into the range the trainer recorded, where the audio shows them: clean,
     # not in babble (the video-only decode finds them in the noisy audio too, so the noisy conditions agree)
@@ -79,8 +80,12 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     assert (exp / "wer_vs_snr.png").read_bytes()[:4] == b"\x89PNG"
     stages = [line.split("\t")[0] for line in (exp / "stage_times.tsv").read_text().splitlines()]
     assert stages == ["1", "2", "3", "4", "9", "10", "11"]
-    for split, n in (("train", 24), ("valid", 4), ("test", 6), ("test_unseen_voice", 4), ("test_edges", 6)):
+    for split, n in (("train", 24), ("valid", 4), *sizes.items()):
         assert len((tmp_path / "data" / split / "text").read_text().splitlines()) == n
+    # the training speakers take the three engines in turn (run.sh's default --engines)
+    speakers = json.loads((tmp_path / "corpus" / "speakers.json").read_text()).values()
+    assert [s.get("engine", "festival") for s in speakers if s["split"] == "train"] == [
+        "festival", "espeak-ng", "flite"] * 2
     # test_edges: the test utterances with each end cut to the speech or 10-25 frames longer
     def kaldi_map(path):
         return dict(line.split(" ", 1) for line in path.read_text().splitlines())

@@ -48,11 +48,12 @@ def test_report_has_slot_letter_and_voice_tables(tmp_path):
         (d / "hyp").write_text("".join(f"{u} {hyp.get(u, w)}\n" for u, w in REFS.items()))
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "speakers.json").write_text(json.dumps({"tr000": {"voice": "kal_diphone"},
-                                                      "tr001": {"voice": "lp_diphone"}}))
+    (corpus / "speakers.json").write_text(json.dumps({
+        "tr000": {"voice": "kal_diphone"},
+        "tr001": {"voice": "en-gb-x-rp", "engine": "espeak-ng", "variant": "iven3"}}))
     md = report_markdown(decode, corpus)
     assert "| test | clean | audio | 0.0 | 0.0 | 0.0 | 33.3 | 0.0 | 0.0 | 0 | 5.6 |" in md
     assert "| test | babble_-5 | audio |" in md and md.index("clean | audiovisual") < md.index("babble_-5")
     assert "| test | audio | 1 | F->S 1 |" in md and "| test | audiovisual | 0 | - |" in md
-    assert "| kal_diphone | 2 | 8.3 | 0.0 |" in md and "| lp_diphone | 1 | 0.0 | 0.0 |" in md
+    assert "| kal_diphone | 2 | 8.3 | 0.0 |" in md and "| espeak-ng:en-gb-x-rp+iven3 | 1 | 0.0 | 0.0 |" in md
     assert all(name in md for name in SLOT_NAMES)

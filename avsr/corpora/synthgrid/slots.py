@@ -23,6 +23,7 @@ from pathlib import Path
 
 import jiwer
 
+from avsr.corpora.synthgrid.engines import voice_key
 from avsr.eval.scoring import HYP_NAMES, REF_NAMES, parse_condition, read_transcripts
 from avsr.modalities import MODALITIES
 
@@ -123,11 +124,14 @@ def collect(decode_dir: str | os.PathLike) -> dict[tuple[str, str, str], tuple[d
 
 
 def speaker_voices(corpus_dir: str | os.PathLike) -> dict[str, str]:
-    """speaker id -> festival voice, from the corpus' ``speakers.json`` (empty if there is none)."""
+    """speaker id -> voice key, from the corpus' ``speakers.json`` (empty if there is none): festival's voice
+    name, ``espeak-ng:<accent>[+<variant>]`` or ``flite:<voice>``
+    (:func:`avsr.corpora.synthgrid.engines.voice_key`)."""
     path = Path(corpus_dir) / "speakers.json"
     if not path.is_file():
         return {}
-    return {spk: info["voice"] for spk, info in json.loads(path.read_text()).items()}
+    return {spk: voice_key(info.get("engine", "festival"), info["voice"], info.get("variant"))
+            for spk, info in json.loads(path.read_text()).items()}
 
 
 def _condition_key(cond: str) -> tuple:
@@ -176,7 +180,7 @@ def report_markdown(decode_dir: str | os.PathLike, corpus_dir: str | os.PathLike
     voices = speaker_voices(corpus_dir) if corpus_dir is not None else {}
     if voices:
         lines += ["", "## SynthGRID: WER per voice (clean)", "",
-                  "WER (%) of the utterances of each festival voice (speakers: the corpus' speakers.json).",
+                  "WER (%) of the utterances of each voice (speakers: the corpus' speakers.json).",
                   ""]
         for test_set in sorted({k[0] for k in keys}):
             mods = [m for m in MODALITIES if (test_set, m, "clean") in data]

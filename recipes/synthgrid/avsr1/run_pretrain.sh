@@ -8,12 +8,13 @@
 #   ./run_pretrain.sh --finetune-percent 20 # more labels
 #   ./run_pretrain.sh --stage 9             # fine-tune, decode and score again
 # Options as run.sh (corpus options, and any variable of ../../TEMPLATE/avsr1/avsr.sh). Its corpus is the
-# 1,500-utterance, 48-speaker SynthGRID of its verified results, in its own corpus and data directories
-# (the default run.sh generates a larger one); later options override these.
+# 1,500-utterance, 48-speaker, festival-only SynthGRID of its verified results, in its own corpus and data
+# directories (the default run.sh generates a larger one of three engines); later options override these.
 set -euo pipefail
 cd "$(dirname "$0")"
 exec ./run.sh \
-  --num-train 1500 --train-speakers 48 --corpus-dir corpus_pretrain --data-dir data_pretrain \
+  --num-train 1500 --train-speakers 48 --engines festival --num-test-espeak-ng 0 --num-test-flite 0 \
+  --corpus-dir corpus_pretrain --data-dir data_pretrain \
   --pretrain-iters 2 \
   --pretrain-config conf/pretrain/avhubert_synthgrid_cpu.yaml \
   --km-classes 100 --km-classes2 500 \
