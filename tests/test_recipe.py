@@ -66,7 +66,7 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     # audio-visual results are ranked with the single-stream views too (a gated model's default weights);
     # only their settings record them, so the audio-only and video-only results do not depend on them
     av_settings = yaml.safe_load((exp / "decode/test/audiovisual/decode_settings.yaml").read_text())
-    assert av_settings["view_weights"] == {"video_weight": 1.0, "audio_weight": 0.75}
+    assert av_settings["view_weights"] == {"video_weight": 1.0, "audio_weight": 3.0, "audio_confidence": 2.0}
     assert "view_weights" not in settings
     assert not {"video_weight", "audio_weight"} & set(av_settings["decode_config"])
     video = {r["snr_db"]: r["wer"] for r in rows

@@ -1,5 +1,7 @@
 """The single-stream views in the final ranking of audio-visual hypotheses (``video_weight``,
-``audio_weight``)."""
+``audio_weight``), and the confidence check of the audio (``audio_confidence``)."""
+
+import math
 
 import pytest
 import torch
@@ -132,6 +134,44 @@ def test_audio_visual_hypotheses_are_ranked_by_the_fused_score_plus_the_weighted
             assert got[0].score >= float(best.max()) - 1e-4
 
 
+@pytest.mark.parametrize("confidence", [0.5, 2.0])
+def test_the_audio_confidence_check_adds_the_audio_search_and_scales_its_weight(confidence):
+    model = _model()
+    audio, video = _inputs()
+    wv, wa = 1.0, 3.0
+    cfg = _config(nbest=4, video_weight=wv, audio_weight=wa, audio_confidence=confidence)
+    with torch.no_grad():
+        hyps, _, enc_lens = model.decode_with_ctc(audio, video, LENS, cfg)
+        feats = model.encoder.encode_video(video, LENS)
+        enc_av, _ = model.encode(audio, None, LENS, feats)
+        enc_v, _ = model.encode(None, None, LENS, feats)
+        enc_a, _ = model.encode(audio, None, LENS)
+        gate = model.encoder.audio_gate_mean(audio, feats, LENS)
+        wide = _config(nbest=4, video_weight=0.0, audio_weight=0.0)
+        searcher = Searcher(model, _config())
+        searches = [searcher.search(e, enc_lens, config=wide) for e in (enc_av, enc_v, enc_a)]
+        s_av, s_v, s_a = (_scorer(model, e, enc_lens) for e in (enc_av, enc_v, enc_a))
+        for u in range(3):
+            best_a = searches[2][u][0]
+            per_token = best_a.score / (len(best_a.tokens) + 1)  # no length bonus in this config
+            scale = min(1.0, math.exp(confidence * per_token))
+            assert per_token < 0 and 0 < scale < 1
+            got = hyps[u]
+            index = torch.full((len(got),), u)
+            toks = [h.tokens for h in got]
+            joint = s_av(toks, index)[2] + gate[u] * (
+                wv * s_v(toks, index)[2] + wa * scale * s_a(toks, index)[2])
+            torch.testing.assert_close(torch.tensor([h.score for h in got]), joint)
+            # the candidates are the three searches' hypotheses, and the winner beats the best of each
+            candidates = {tuple(h.tokens) for search in searches for h in search[u]}
+            assert all(tuple(h.tokens) in candidates for h in got)
+            rivals = [search[u][0].tokens for search in searches]
+            idx = torch.full((3,), u)
+            best = s_av(rivals, idx)[2] + gate[u] * (
+                wv * s_v(rivals, idx)[2] + wa * scale * s_a(rivals, idx)[2])
+            assert got[0].score >= float(best.max()) - 1e-4
+
+
 def test_no_weight_a_single_stream_or_a_closed_gate_leave_the_fused_search_alone():
     model = _model()
     audio, video = _inputs()
@@ -158,14 +198,17 @@ def test_no_weight_a_single_stream_or_a_closed_gate_leave_the_fused_search_alone
 def test_the_default_weights_come_from_the_model_configuration_and_need_an_audio_gate():
     tuned = {"video_weight": 2.5, "audio_weight": 0.75}
     gated, plain = _model(decode_defaults=tuned), _model(gate=False)
-    assert Searcher(gated, DecodeConfig()).view_weights == (2.5, 0.75)
-    assert Searcher(_model(), DecodeConfig()).view_weights == (0, 0)  # nothing tuned: one search
-    assert Searcher(plain, DecodeConfig()).view_weights == (0, 0)
-    assert Searcher(gated, DecodeConfig(video_weight=0.25)).view_weights == (0.25, 0.75)
-    assert Searcher(gated, DecodeConfig(audio_weight=0.0)).view_weights == (2.5, 0.0)
+    assert Searcher(gated, DecodeConfig()).view_weights == (2.5, 0.75, 0)
+    assert Searcher(_model(), DecodeConfig()).view_weights == (0, 0, 0)  # nothing tuned: one search
+    assert Searcher(plain, DecodeConfig()).view_weights == (0, 0, 0)
+    assert Searcher(gated, DecodeConfig(video_weight=0.25)).view_weights == (0.25, 0.75, 0)
+    assert Searcher(gated, DecodeConfig(audio_weight=0.0)).view_weights == (2.5, 0.0, 0)
+    confident = _model(decode_defaults={**tuned, "audio_confidence": 2.0})
+    assert Searcher(confident, DecodeConfig()).view_weights == (2.5, 0.75, 2.0)
+    assert Searcher(confident, DecodeConfig(audio_confidence=0.0)).view_weights == (2.5, 0.75, 0.0)
     assert gated.search_config().video_weight == 2.5  # no config given: the model's defaults
     fairseq_like = _model(decode_defaults=None)
-    assert Searcher(fairseq_like, FairseqConfig()).view_weights == (0.0, 0.0)
+    assert Searcher(fairseq_like, FairseqConfig()).view_weights == (0.0, 0.0, 0.0)
     with pytest.raises(ConfigError, match="decode_defaults: unknown config key .vido_weight."):
         _model(decode_defaults={"vido_weight": 1.0})
     # the defaults travel in the model configuration, so in every checkpoint's model_config

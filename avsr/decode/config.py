@@ -110,6 +110,13 @@ class DecodeConfig(_Readers, Config):
             SynthGRID recipe's tuned 2.5 and 0.75), else 0; both 0: no ranking (one search, as ESPnet).
             Weights > 0 need a model with an audio gate. Audio-only and video-only input ignore them (one
             view).
+        audio_confidence: audio-visual input with ``audio_weight`` > 0 only: a confidence check of the audio.
+            Above 0, the audio-only view searches too, its n-best list joins the candidates, and its weight
+            becomes ``g * audio_weight * min(1, exp(audio_confidence * c))``, where ``c`` is the mean log
+            probability per token (``eos`` included, length bonus left out) of the audio-only view's best
+            hypothesis: about -0.1 on clean speech the model hears well, below -0.5 in babble at 0 dB. Clean
+            audio then outvotes lips unlike the training ROIs (a real face through the ROI stage), noisy
+            audio does not. None (default): the model's ``decode_defaults``, else 0 (off).
 
     Raises:
         avsr.config.ConfigError: a value out of range (named).
@@ -131,6 +138,7 @@ class DecodeConfig(_Readers, Config):
     ctc_maxlen_margin: int = option(2, ge=0)
     video_weight: float | None = option(None, ge=0, finite=True)
     audio_weight: float | None = option(None, ge=0, finite=True)
+    audio_confidence: float | None = option(None, ge=0, finite=True)
 
     def check(self) -> None:
         """``nbest <= beam_size``. Raises :class:`avsr.config.ConfigError`."""
@@ -146,10 +154,10 @@ class DecodeConfig(_Readers, Config):
             CTC_MAXLEN_RATIO if ours else 0.0)
         return end, ratio
 
-    def view_weights(self, default: tuple[float, float]) -> tuple[float, float]:
-        """``(video_weight, audio_weight)``, each ``default``'s where it is None."""
-        return (self.video_weight if self.video_weight is not None else default[0],
-                self.audio_weight if self.audio_weight is not None else default[1])
+    def view_weights(self, default: tuple[float, float, float]) -> tuple[float, float, float]:
+        """``(video_weight, audio_weight, audio_confidence)``, each ``default``'s where it is None."""
+        own = (self.video_weight, self.audio_weight, self.audio_confidence)
+        return tuple(v if v is not None else d for v, d in zip(own, default))  # type: ignore[return-value]
 
 
 
@@ -194,9 +202,9 @@ class FairseqConfig(_Readers, Config):
             raise ConfigError(f"ctc_weight: search 'fairseq' is attention-only: "
                               f"set it to 0, got {self.ctc_weight}")
 
-    def view_weights(self, default: tuple[float, float]) -> tuple[float, float]:
-        """``(0, 0)``: the fairseq search has no final ranking with the views."""
-        return 0.0, 0.0
+    def view_weights(self, default: tuple[float, float, float]) -> tuple[float, float, float]:
+        """``(0, 0, 0)``: the fairseq search has no final ranking with the views."""
+        return 0.0, 0.0, 0.0
 
 
 
@@ -211,12 +219,13 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
-def default_view_weights(decode_defaults: Mapping[str, Any] | None) -> tuple[float, float]:
-    """``(video_weight, audio_weight)`` of a model's ``decode_defaults`` (its configuration's decoding
-    options, kept in checkpoints), 0 for a weight it does not set: what a configuration that leaves the
-    weights None decodes with (:meth:`DecodeConfig.view_weights`)."""
+def default_view_weights(decode_defaults: Mapping[str, Any] | None) -> tuple[float, float, float]:
+    """``(video_weight, audio_weight, audio_confidence)`` of a model's ``decode_defaults`` (its
+    configuration's decoding options, kept in checkpoints), 0 for one it does not set: what a configuration
+    that leaves them None decodes with (:meth:`DecodeConfig.view_weights`)."""
     defaults = decode_defaults or {}
-    return float(defaults.get("video_weight") or 0.0), float(defaults.get("audio_weight") or 0.0)
+    return tuple(float(defaults.get(k) or 0.0)  # type: ignore[return-value]
+                 for k in ("video_weight", "audio_weight", "audio_confidence"))
 
 
 def search_config(mapping: Mapping[str, Any] | None, where: str = "decode options") -> SearchConfig:

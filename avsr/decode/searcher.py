@@ -5,7 +5,10 @@
 audio-visual input of a model with an audio gate, the final ranking with the model's single-stream views
 (:mod:`avsr.decode.rescore`): the fused input's n-best list joined with the video-only view's own, each
 candidate scored ``s_av + g * (video_weight * s_v + audio_weight * s_a)`` (``g``: the utterance's mean audio
-gate, :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`).
+gate, :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`). With ``audio_confidence`` above 0 the audio-only
+view's own n-best list joins the candidates too, and its weight shrinks with how unsure the audio-only view is
+of its best hypothesis (:class:`avsr.decode.config.DecodeConfig`): a confidence check that lets clean audio
+outvote lips unlike the training data, and keeps noisy audio from outvoting good lips.
 
 The view weights come from the configuration; where it leaves them None, from the model's ``decode_defaults``
 (a mapping of decoding options that the model configuration carries into its checkpoints, e.g. the SynthGRID
@@ -20,6 +23,7 @@ the models.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
@@ -42,7 +46,8 @@ class Searcher:
         config: a :class:`avsr.decode.config.DecodeConfig` or :class:`avsr.decode.config.FairseqConfig`.
 
     Attributes:
-        view_weights: ``(video_weight, audio_weight)`` used for audio-visual input (``(0, 0)``: one search).
+        view_weights: ``(video_weight, audio_weight, audio_confidence)`` used for audio-visual input (weights
+            ``(0, 0)``: one search).
 
     Raises:
         ValueError: a view weight > 0 for a model without an audio gate (names the key and where it came
@@ -52,7 +57,7 @@ class Searcher:
     def __init__(self, model: Any, config: SearchConfig) -> None:
         self.model, self.config = model, config
         self.view_weights = config.view_weights(default_view_weights(getattr(model, "decode_defaults", None)))
-        if max(self.view_weights) > 0 and getattr(model.encoder, "audio_gate", None) is None:
+        if max(self.view_weights[:2]) > 0 and getattr(model.encoder, "audio_gate", None) is None:
             i = 0 if self.view_weights[0] > 0 else 1
             name = ("video_weight", "audio_weight")[i]
             raise ValueError(f"{name} {self.view_weights[i]:g} needs a model with an audio gate "
@@ -113,15 +118,15 @@ class Searcher:
         model.eval()
         try:
             both = audio is not None and (video is not None or video_features is not None)
-            weights = self.view_weights if both else (0.0, 0.0)
-            if max(weights) > 0 and video_features is None:  # computed once for every view
+            weights = self.view_weights if both else (0.0, 0.0, 0.0)
+            if max(weights[:2]) > 0 and video_features is None:  # computed once for every view
                 video_features, video = model.encoder.encode_video(video, lengths), None
             enc, enc_lens = model.encode(audio, video, lengths, video_features)
             ctc_logp = model.ctc_log_probs(enc)
             # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
             # (B, F, T) audio -- when audio is given, else the padded frame count (only max_len_a uses it)
             src_len = audio.shape[1] if audio is not None else enc.size(1)
-            if max(weights) == 0:
+            if max(weights[:2]) == 0:
                 return self.search(enc, enc_lens, ctc_logp, src_len), ctc_logp, enc_lens
             hyps = self._ranked_with_views(audio, video_features, lengths, weights, enc, enc_lens, ctc_logp,
                                            src_len)
@@ -130,11 +135,11 @@ class Searcher:
             model.train(was_training)
 
     def _ranked_with_views(self, audio: Tensor, video_features: Tensor, lengths: Tensor,
-                           weights: tuple[float, float], enc: Tensor, enc_lens: Tensor,
+                           weights: tuple[float, float, float], enc: Tensor, enc_lens: Tensor,
                            ctc_logp: Tensor | None, src_len: int) -> list[list[Hypothesis]]:
-        """The fused input's beam search and, with a video weight, the video-only view's (``beam_size``
-        hypotheses each), ranked with the single-stream views' scores
-        (:func:`avsr.decode.rescore.rescore_with_views`)."""
+        """The fused input's beam search and, with a video weight, the video-only view's (and with an audio
+        confidence, the audio-only view's; ``beam_size`` hypotheses each), ranked with the single-stream
+        views' scores (:func:`avsr.decode.rescore.rescore_with_views`)."""
         model, config = self.model, self.config
         wide = replace(config, nbest=config.beam_size)
         lists = [self.search(enc, enc_lens, ctc_logp, src_len, wide)]
@@ -153,6 +158,15 @@ class Searcher:
             views.append((weights[0] * gate, scorer(enc_v, ctc_v)))
         if weights[1] > 0:
             enc_a, _ = model.encode(audio, None, lengths)
-            views.append((weights[1] * gate, scorer(enc_a, model.ctc_log_probs(enc_a))))
+            ctc_a = model.ctc_log_probs(enc_a)
+            weight_a = weights[1] * gate
+            if weights[2] > 0:  # the confidence check: the audio-only view's best, per token
+                audio_lists = self.search(enc_a, enc_lens, ctc_a, src_len, wide)
+                lists.append(audio_lists)
+                steps = [len(h[0].tokens) + 1 if h else 1 for h in audio_lists]
+                conf = torch.tensor([(h[0].score - config.penalty * n) / n if h else -math.inf
+                                     for h, n in zip(audio_lists, steps)], device=gate.device)
+                weight_a = weight_a * torch.exp(weights[2] * conf).clamp(max=1.0)
+            views.append((weight_a, scorer(enc_a, ctc_a)))
         return rescore_with_views(lists, scorer(enc, ctc_logp), views, penalty=config.penalty,
                                   nbest=config.nbest)

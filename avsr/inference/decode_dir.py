@@ -20,8 +20,8 @@ condition (a noisy recording hides the edges). Audio-visual and video-only decod
 once per utterance and change of its edges and reuse its output in the other noise conditions (the
 Transcriber's ``video_cache``). Audio-visual hypotheses are ranked with the model's single-stream views too
 where the decoding configuration's ``video_weight`` or ``audio_weight`` (or, when null, the model's default)
-is above 0; the audio-visual directory's ``decode_settings.yaml`` then records both (``view_weights``), and
-the other modalities' do not.
+is above 0; the audio-visual directory's ``decode_settings.yaml`` then records them (``view_weights``, with
+``audio_confidence``), and the other modalities' do not.
 
 Before anything is decoded, every media file the chosen modalities read (``wav.scp`` for audio and
 audio-visual decoding and, with the training edges, for video-only decoding too; ``video.scp`` for video and
@@ -147,7 +147,8 @@ def decode_settings(job: DecodeJob) -> dict[str, Any]:
     config = load_decode_config(config_path(job.decode_config, "decode"))
     decode = {"search": config.search, **to_dict(config)}
     # the views' weights are recorded below only where they change the hypotheses
-    decode.pop("video_weight", None), decode.pop("audio_weight", None)
+    for key in ("video_weight", "audio_weight", "audio_confidence"):
+        decode.pop(key, None)
     settings = {
         "model": str(source.resolve()),
         "checkpoints": checkpoints,
@@ -157,8 +158,10 @@ def decode_settings(job: DecodeJob) -> dict[str, Any]:
         "precision": job.precision,
     }
     rescored = "audiovisual" in job.modalities and config.search == "espnet"
-    defaults = (None, (0.0, 0.0))  # read from the checkpoint only when needed, once (official ones are big)
-    if job.edge_frames == "model" or (rescored and None in (config.video_weight, config.audio_weight)):
+    # read from the checkpoint only when needed, once (official ones are big)
+    defaults: tuple[Any, tuple[float, float, float]] = (None, (0.0, 0.0, 0.0))
+    if job.edge_frames == "model" or (rescored and None in (config.video_weight, config.audio_weight,
+                                                            config.audio_confidence)):
         defaults = model_defaults(source, job.average_nbest)
     edges = defaults[0] if job.edge_frames == "model" else job.edge_frames
     edges = check_edges(edges, "edge_frames") if edges is not None else None
@@ -166,8 +169,9 @@ def decode_settings(job: DecodeJob) -> dict[str, Any]:
         settings["edge_frames"] = [list(edges[0]), list(edges[1])]
     if rescored:
         weights = config.view_weights(defaults[1])
-        if max(weights) > 0:  # audio-visual results only (see decode_test_set)
-            settings["view_weights"] = {"video_weight": weights[0], "audio_weight": weights[1]}
+        if max(weights[:2]) > 0:  # audio-visual results only (see decode_test_set)
+            settings["view_weights"] = {"video_weight": weights[0], "audio_weight": weights[1],
+                                        "audio_confidence": weights[2] if weights[1] > 0 else 0.0}
     return settings
 
 

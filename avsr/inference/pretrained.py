@@ -92,8 +92,9 @@ def model_edge_frames(source: PathLike, average_nbest: int = 5) -> EdgeRanges | 
     return model_defaults(source, average_nbest)[0]
 
 
-def model_view_weights(source: PathLike, average_nbest: int = 5) -> tuple[float, float]:
-    """The ``(video_weight, audio_weight)`` that a search config leaving them None gives this model: its
+def model_view_weights(source: PathLike, average_nbest: int = 5) -> tuple[float, float, float]:
+    """The ``(video_weight, audio_weight, audio_confidence)`` that a search config leaving them None gives
+    this model: its
     ``decode_defaults`` (:class:`avsr.decode.searcher.Searcher`), else 0, read from the checkpoint's model
     configuration without building the model. ``source`` as :func:`load_pretrained`.
 
@@ -104,7 +105,7 @@ def model_view_weights(source: PathLike, average_nbest: int = 5) -> tuple[float,
 
 
 def model_defaults(source: PathLike, average_nbest: int = 5
-                   ) -> tuple[EdgeRanges | None, tuple[float, float]]:
+                   ) -> tuple[EdgeRanges | None, tuple[float, float, float]]:
     """:func:`model_edge_frames` and :func:`model_view_weights` from one read of the checkpoint (the first
     of an experiment directory's best, or the file).
 

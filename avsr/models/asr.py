@@ -95,9 +95,9 @@ class AVSRModel(nn.Module):
             ``ctc_weight``, ``lsm_weight``, ``length_normalized_loss``, ``token_convention``,
             ``av_batch_views``), ``token_list`` (the symbol of each token id, kept as ``model.token_list``,
             e.g. the fairseq dictionary of a converted model) and ``decode_defaults`` (decoding options this
-            model decodes with unless told otherwise, e.g. ``{video_weight: 1.0, audio_weight: 0.75}``, the
-            SynthGRID recipe's tuned view weights; saved in every checkpoint's ``model_config``,
-            :meth:`default_decode_options`). Sections left None take their defaults.
+            model decodes with unless told otherwise, e.g. ``{video_weight: 1.0, audio_weight: 3.0,
+            audio_confidence: 2.0}``, the SynthGRID recipe's tuned view weights; saved in every checkpoint's
+            ``model_config``, :meth:`default_decode_options`). Sections left None take their defaults.
         encoder: an already built encoder (ESPnet ``AbsEncoder`` interface: ``forward(xs_pad, ilens) ->
             (hidden, olens, None)``, ``output_size()``) to use instead of building one from ``encoder_conf``.
 

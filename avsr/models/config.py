@@ -178,7 +178,7 @@ class ModelConfig(Config):
         token_list: ASR: the symbol of each token id (``vocab_size`` of them), or None.
         decode_defaults: ASR: decoding options this model decodes with unless told otherwise (a partial
             decoding configuration of :func:`avsr.decode.config.search_config`, checked here; e.g. the
-            SynthGRID recipe's tuned ``{video_weight: 1.0, audio_weight: 0.75}``).
+            SynthGRID recipe's ``{video_weight: 1.0, audio_weight: 3.0, audio_confidence: 2.0}``).
 
     Raises:
         avsr.config.ConfigError: a bad value (key named), ASR keys in a pretraining configuration, a
