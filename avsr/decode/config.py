@@ -107,7 +107,7 @@ class DecodeConfig(_Readers, Config):
             ``s_av + g * (video_weight * s_v + audio_weight * s_a)``, where ``g`` is the utterance's mean
             audio gate (how far the fused input rests on the audio). None (default): the model's
             ``decode_defaults`` (recorded in its checkpoint from the training YAML's ``decode_defaults``: the
-            SynthGRID recipe's tuned 2.5 and 0.75), else 0; both 0: no ranking (one search, as ESPnet).
+            SynthGRID recipe's 1.0 and 3.0), else 0; both 0: no ranking (one search, as ESPnet).
             Weights > 0 need a model with an audio gate. Audio-only and video-only input ignore them (one
             view).
         audio_confidence: audio-visual input with ``audio_weight`` > 0 only: a confidence check of the audio.
