@@ -96,6 +96,19 @@ def test_the_gate_mean_is_the_mean_of_the_gate_that_fusion_applies_over_valid_fr
     assert _model(gate=False).encoder.audio_gate_mean(audio, feats, LENS) is None
 
 
+def _views(model, audio, video, enc_lens):
+    """As the searcher sees them: the fused, video-only and audio-only views' encoder outputs, their own
+    searches (``nbest`` 4, no ranking) and scorers, in that order, and the utterances' mean audio gate."""
+    feats = model.encoder.encode_video(video, LENS)
+    encs = [model.encode(audio, None, LENS, feats)[0], model.encode(None, None, LENS, feats)[0],
+            model.encode(audio, None, LENS)[0]]
+    wide = _config(nbest=4, video_weight=0.0, audio_weight=0.0)
+    searcher = Searcher(model, _config())
+    searches = [searcher.search(e, enc_lens, config=wide) for e in encs]
+    scorers = [_scorer(model, e, enc_lens) for e in encs]
+    return encs, searches, scorers, model.encoder.audio_gate_mean(audio, feats, LENS)
+
+
 @pytest.mark.parametrize("weights", [(2.0, 0.0), (1.5, 0.5), (0.0, 1.0)])
 def test_audio_visual_hypotheses_are_ranked_by_the_fused_score_plus_the_weighted_single_views(weights):
     wv, wa = weights
@@ -104,16 +117,8 @@ def test_audio_visual_hypotheses_are_ranked_by_the_fused_score_plus_the_weighted
     cfg = _config(nbest=4, video_weight=wv, audio_weight=wa)
     with torch.no_grad():
         hyps, ctc_logp, enc_lens = model.decode_with_ctc(audio, video, LENS, cfg)
-        feats = model.encoder.encode_video(video, LENS)
-        enc_av, _ = model.encode(audio, None, LENS, feats)
-        enc_v, _ = model.encode(None, None, LENS, feats)
-        enc_a, _ = model.encode(audio, None, LENS)
-        gate = model.encoder.audio_gate_mean(audio, feats, LENS)
-        wide = _config(nbest=4, video_weight=0.0, audio_weight=0.0)
-        av = Searcher(model, _config()).search(enc_av, enc_lens, config=wide)
-        v = Searcher(model, _config()).search(enc_v, enc_lens, config=wide)
-        s_av, s_v, s_a = (_scorer(model, e, enc_lens) for e in (enc_av, enc_v, enc_a))
-        torch.testing.assert_close(ctc_logp, model.ctc_log_probs(enc_av))  # word timings: the fused view's
+        encs, (av, v, _), (s_av, s_v, s_a), gate = _views(model, audio, video, enc_lens)
+        torch.testing.assert_close(ctc_logp, model.ctc_log_probs(encs[0]))  # word timings: the fused view's
         for u in range(3):
             got = hyps[u]
             assert 1 <= len(got) <= 4
@@ -142,15 +147,7 @@ def test_the_audio_confidence_check_adds_the_audio_search_and_scales_its_weight(
     cfg = _config(nbest=4, video_weight=wv, audio_weight=wa, audio_confidence=confidence)
     with torch.no_grad():
         hyps, _, enc_lens = model.decode_with_ctc(audio, video, LENS, cfg)
-        feats = model.encoder.encode_video(video, LENS)
-        enc_av, _ = model.encode(audio, None, LENS, feats)
-        enc_v, _ = model.encode(None, None, LENS, feats)
-        enc_a, _ = model.encode(audio, None, LENS)
-        gate = model.encoder.audio_gate_mean(audio, feats, LENS)
-        wide = _config(nbest=4, video_weight=0.0, audio_weight=0.0)
-        searcher = Searcher(model, _config())
-        searches = [searcher.search(e, enc_lens, config=wide) for e in (enc_av, enc_v, enc_a)]
-        s_av, s_v, s_a = (_scorer(model, e, enc_lens) for e in (enc_av, enc_v, enc_a))
+        _, searches, (s_av, s_v, s_a), gate = _views(model, audio, video, enc_lens)
         for u in range(3):
             best_a = searches[2][u][0]
             per_token = best_a.score / (len(best_a.tokens) + 1)  # no length bonus in this config
