@@ -692,3 +692,65 @@ def test_the_decoding_stage_is_a_library_call_whose_conflicts_name_no_cli_option
     with pytest.raises(SettingsConflict, match="edge_frames differ") as err:
         decode_test_set(job)
     assert "--" not in str(err.value).replace(str(tmp_path), "")
+
+
+def test_the_decoding_stage_takes_audio_and_video_from_the_audio_visual_pass_as_decoded_alone(
+        env, tmp_path, monkeypatch):
+    from avsr.bin.decode import main as decode
+    from avsr.data.datadir import Utterance, write_datadir
+
+    exp = tmp_path / "exp"  # a model with an audio gate whose defaults search both views (confidence check)
+    exp.mkdir()
+    (exp / "bpe.model").write_bytes((env["exp"] / "bpe.model").read_bytes())
+    ckpt = torch.load(env["exp"] / "epoch2.pt", weights_only=False)
+    ckpt["model_config"] = copy.deepcopy(ckpt["model_config"])
+    ckpt["model_config"]["encoder_conf"]["audio_gate"] = True
+    ckpt["model_config"]["decode_defaults"] = {"video_weight": 1.0, "audio_weight": 3.0,
+                                               "audio_confidence": 2.0}
+    torch.manual_seed(3)
+    ckpt["model"] = AVSRModel.from_config(ckpt["model_config"]).state_dict()
+    save_atomic(ckpt, exp / "epoch1.pt")
+    utts = [Utterance(f"spk-u{i}", "spk", wav=str(w), video=str(v), text="BIN BLUE AT F TWO NOW")
+            for i, (v, w) in enumerate(env["utts"])]
+    (tmp_path / "bad.mp4").write_bytes(b"not a video")  # audio-visual and video-only decoding fail on it
+    utts.append(Utterance("spk-bad", "spk", wav=str(env["utts"][0][1]), video=str(tmp_path / "bad.mp4"),
+                          text="LAY RED BY G NINE SOON"))
+    write_datadir(tmp_path / "data", utts)
+    calls = []
+    transcribe_batch = Transcriber.transcribe_batch
+
+    def counted(self, items, **kw):
+        calls.append((kw["modality"], len(items), kw.get("views")))
+        return transcribe_batch(self, items, **kw)
+
+    monkeypatch.setattr(Transcriber, "transcribe_batch", counted)
+
+    def run(out, *modalities):
+        calls.clear()
+        assert decode(["--exp-dir", str(exp), "--data", str(tmp_path / "data"), "--test-set", "t",
+                       "--average-nbest", "1", "--decode-config", str(tmp_path / "decode.yaml"),
+                       "--modalities", *modalities, "--out", str(tmp_path / out), "--noise-file",
+                       str(env["noise"]), "--snrs", "0"]) == 0
+        return list(calls)
+
+    (tmp_path / "decode.yaml").write_text(yaml.safe_dump(DECODE))
+    together = run("all", "audio", "video", "audiovisual")
+    # one audio-visual pass per condition gives all three; only the utterance it failed on is decoded alone
+    assert together == [("audiovisual", 5, True), ("audio", 1, False), ("video", 1, False)] * 2
+    alone = {m: run(m, m) for m in ("audio", "video")}
+    assert alone["audio"] == [("audio", 5, False)] * 2
+    for modality in ("audio", "video"):
+        for cond in ("clean", "babble_0"):
+            got = (tmp_path / f"all/t/{modality}/{cond}/hyp").read_text()
+            assert got == (tmp_path / f"{modality}/t/{modality}/{cond}/hyp").read_text(), (modality, cond)
+            assert len(got.splitlines()) == (5 if modality == "audio" else 4)
+    assert (tmp_path / "all/t/video/clean/failed").read_text().startswith("spk-bad ")
+    # results of the audio-visual pass kept; a missing audio-only condition is decoded alone
+    (tmp_path / "all/t/audio/babble_0/hyp").unlink()
+    assert run("all", "audio", "video", "audiovisual") == [("audio", 5, False)]
+    assert (tmp_path / "all/t/audio/babble_0/hyp").read_text() == (
+        tmp_path / "audio/t/audio/babble_0/hyp").read_text()
+    # without the confidence check the audio-only view is not searched: audio is decoded alone
+    (tmp_path / "decode.yaml").write_text(yaml.safe_dump({**DECODE, "audio_confidence": 0.0}))
+    assert run("none", "audio", "video", "audiovisual") == [
+        ("audiovisual", 5, True), ("audio", 5, False), ("video", 1, False)] * 2

@@ -69,6 +69,10 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     assert av_settings["view_weights"] == {"video_weight": 1.0, "audio_weight": 3.0, "audio_confidence": 2.0}
     assert "view_weights" not in settings
     assert not {"video_weight", "audio_weight"} & set(av_settings["decode_config"])
+    # one process per test set: the audio-visual pass searched the views and gave both their hypotheses
+    log = (exp / "logs" / "decode_test.log").read_text()
+    for modality in ("audio", "video"):
+        assert f"test/{modality}/babble_0: 6 utterances from the audio-visual pass's {modality} view" in log
     video = {r["snr_db"]: r["wer"] for r in rows
              if r["modality"] == "video" and r["test_set"] == "test" and r["snr_db"] is not None}
     assert len(video) == 2 and len(set(video.values())) == 1

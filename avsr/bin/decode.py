@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                    "records them), 'off', or START,END, each a count or a range LO-HI")
     p.add_argument("--ngpu", type=int, default=0)
     p.add_argument("--num-threads", type=int, default=1,
-                   help="CPU threads (the beam search's small tensor ops run fastest on 1; run modalities in "
+                   help="CPU threads (the beam search's small tensor ops run fastest on 1; run test sets in "
                    "parallel processes instead)")
     return p
 

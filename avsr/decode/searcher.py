@@ -96,7 +96,8 @@ class Searcher:
 
     @torch.no_grad()
     def decode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor,
-               video_features: Tensor | None = None) -> tuple[list[list[Hypothesis]], Tensor | None, Tensor]:
+               video_features: Tensor | None = None, views: dict[str, list[list[Hypothesis]]] | None = None
+               ) -> tuple[list[list[Hypothesis]], Tensor | None, Tensor]:
         """Encode the inputs and search; with both streams and a view weight above 0, rank with the views.
 
         Args:
@@ -104,6 +105,11 @@ class Searcher:
             video: ``(B, 1, T, 88, 88)`` float video, or None (or given as ``video_features``).
             lengths: ``(B,)`` int64 valid frames.
             video_features: ``(B, D, T)`` the video front-end's output, when already computed.
+            views: a dict that receives, under ``"video"`` and ``"audio"``, the hypotheses of each
+                single-stream view that was searched for the ranking (the video-only view with a video weight,
+                the audio-only view with the confidence check), best first: the same as decoding that view's
+                stream alone with this configuration (the search's ``nbest`` only cuts its output). Left
+                empty when the views are not searched.
 
         Returns:
             ``(hypotheses, ctc_logp, enc_lens)``: up to ``nbest`` hypotheses per utterance, best first;
@@ -129,17 +135,19 @@ class Searcher:
             if max(weights[:2]) == 0:
                 return self.search(enc, enc_lens, ctc_logp, src_len), ctc_logp, enc_lens
             hyps = self._ranked_with_views(audio, video_features, lengths, weights, enc, enc_lens, ctc_logp,
-                                           src_len)
+                                           src_len, views)
             return hyps, ctc_logp, enc_lens
         finally:
             model.train(was_training)
 
     def _ranked_with_views(self, audio: Tensor, video_features: Tensor, lengths: Tensor,
                            weights: tuple[float, float, float], enc: Tensor, enc_lens: Tensor,
-                           ctc_logp: Tensor | None, src_len: int) -> list[list[Hypothesis]]:
+                           ctc_logp: Tensor | None, src_len: int,
+                           views: dict[str, list[list[Hypothesis]]] | None) -> list[list[Hypothesis]]:
         """The fused input's beam search and, with a video weight, the video-only view's (and with an audio
         confidence, the audio-only view's; ``beam_size`` hypotheses each), ranked with the single-stream
-        views' scores (:func:`avsr.decode.rescore.rescore_with_views`)."""
+        views' scores (:func:`avsr.decode.rescore.rescore_with_views`); ``views`` (when given) receives the
+        views' own hypotheses, cut to ``nbest``."""
         model, config = self.model, self.config
         wide = replace(config, nbest=config.beam_size)
         lists = [self.search(enc, enc_lens, ctc_logp, src_len, wide)]
@@ -150,12 +158,14 @@ class Searcher:
         def scorer(e: Tensor, logp: Tensor | None):
             return lambda cands, index: sequence_scores(cands, index, e, enc_lens, ctc_logp=logp, **ids)
 
-        views = []
+        scored = []  # (weight, scorer) of each view
         if weights[0] > 0:
             enc_v, _ = model.encode(None, None, lengths, video_features)
             ctc_v = model.ctc_log_probs(enc_v)
             lists.append(self.search(enc_v, enc_lens, ctc_v, src_len, wide))
-            views.append((weights[0] * gate, scorer(enc_v, ctc_v)))
+            scored.append((weights[0] * gate, scorer(enc_v, ctc_v)))
+            if views is not None:
+                views["video"] = [h[: config.nbest] for h in lists[-1]]
         if weights[1] > 0:
             enc_a, _ = model.encode(audio, None, lengths)
             ctc_a = model.ctc_log_probs(enc_a)
@@ -163,10 +173,12 @@ class Searcher:
             if weights[2] > 0:  # the confidence check: the audio-only view's best, per token
                 audio_lists = self.search(enc_a, enc_lens, ctc_a, src_len, wide)
                 lists.append(audio_lists)
+                if views is not None:
+                    views["audio"] = [h[: config.nbest] for h in audio_lists]
                 steps = [len(h[0].tokens) + 1 if h else 1 for h in audio_lists]
                 conf = torch.tensor([(h[0].score - config.penalty * n) / n if h else -math.inf
                                      for h, n in zip(audio_lists, steps)], device=gate.device)
                 weight_a = weight_a * torch.exp(weights[2] * conf).clamp(max=1.0)
-            views.append((weight_a, scorer(enc_a, ctc_a)))
-        return rescore_with_views(lists, scorer(enc, ctc_logp), views, penalty=config.penalty,
+            scored.append((weight_a, scorer(enc_a, ctc_a)))
+        return rescore_with_views(lists, scorer(enc, ctc_logp), scored, penalty=config.penalty,
                                   nbest=config.nbest)

@@ -21,7 +21,11 @@ once per utterance and change of its edges and reuse its output in the other noi
 Transcriber's ``video_cache``). Audio-visual hypotheses are ranked with the model's single-stream views too
 where the decoding configuration's ``video_weight`` or ``audio_weight`` (or, when null, the model's default)
 is above 0; the audio-visual directory's ``decode_settings.yaml`` then records them (``view_weights``, with
-``audio_confidence``), and the other modalities' do not.
+``audio_confidence``), and the other modalities' do not. The views the ranking searches are each the same
+search as decoding that stream alone, so the audio-visual pass, which runs first, also gives the video-only
+results (with a video weight) and the audio-only results (with the confidence check) of the conditions it
+decodes (:func:`views_searched`, :attr:`avsr.inference.Transcript.views`); only an utterance the audio-visual
+pass could not decode, or a condition whose audio-visual results exist already, is decoded alone.
 
 Before anything is decoded, every media file the chosen modalities read (``wav.scp`` for audio and
 audio-visual decoding and, with the training edges, for video-only decoding too; ``video.scp`` for video and
@@ -62,7 +66,8 @@ from avsr.inference.transcriber import Transcriber
 from avsr.modalities import MODALITY_INPUTS
 from avsr.train.checkpoint import best_checkpoints
 
-__all__ = ["DecodeJob", "SettingsConflict", "decode_settings", "claim", "check_media", "decode_test_set"]
+__all__ = ["DecodeJob", "SettingsConflict", "decode_settings", "claim", "check_media", "views_searched",
+           "decode_test_set"]
 
 logger = logging.getLogger("avsr.decode")
 
@@ -251,48 +256,94 @@ def decode_test_set(job: DecodeJob) -> Path:
     root = job.out / job.test_set
     for path in remove_stale_tmp(root, recursive=True):
         logger.info("removed %s, left by an interrupted write", path)
-    for modality in job.modalities:
+    for modality in job.modalities:  # each modality directory records its settings
         mod_settings = {k: v for k, v in settings.items() if k != "view_weights" or modality == "audiovisual"}
-        _decode_modality(job, modality, mod_settings, utts)
+        out_mod = root / modality
+        claim(out_mod, mod_settings, job.overwrite, sorted(out_mod.glob("*/hyp")))
+    _decode_conditions(job, settings, utts)
     return root
 
 
-def _decode_modality(job: DecodeJob, modality: str, settings: dict[str, Any], utts: list[Utterance]) -> None:
-    """Every condition of one modality into ``<out>/<test_set>/<modality>`` (``settings``: the modality's
-    ``decode_settings.yaml``)."""
-    out_mod = job.out / job.test_set / modality
-    claim(out_mod, settings, job.overwrite, sorted(out_mod.glob("*/hyp")))
+def views_searched(settings: dict[str, Any], modalities: Sequence[str]) -> list[str]:
+    """The single-stream modalities among ``modalities`` whose hypotheses audio-visual decoding yields: the
+    views its ranking searches (``video`` with ``video_weight`` > 0, ``audio`` with ``audio_weight`` and
+    ``audio_confidence`` > 0, from ``settings["view_weights"]``, see :func:`decode_settings`); none without
+    ``audiovisual`` in ``modalities``."""
+    weights = settings.get("view_weights")
+    if "audiovisual" not in modalities or not weights:
+        return []
+    out = ["video"] if weights["video_weight"] > 0 else []
+    if weights["audio_weight"] > 0 and weights["audio_confidence"] > 0:
+        out.append("audio")
+    return [m for m in out if m in modalities]
+
+
+def _decode_conditions(job: DecodeJob, settings: dict[str, Any], utts: list[Utterance]) -> None:
+    """Every condition of every modality into ``<out>/<test_set>/<modality>/<condition>``, skipping those
+    done. Audio-visual decoding comes first and gives the modalities of :func:`views_searched` their
+    hypotheses (its views' own searches: the same hypotheses as decoding them alone); an utterance it could
+    not decode, or a modality whose audio-visual results already exist, is decoded on its own."""
+    root = job.out / job.test_set
     refs = {u.utt_id: u.text for u in utts}
     conditions = job.conditions()
-    video_hyps: tuple[dict[str, str], dict[str, str]] | None = None
+    modalities = sorted(job.modalities, key=lambda m: m != "audiovisual")  # audio-visual first
+    from_views = views_searched(settings, modalities)
     # with the model's training edges (found in the audio as mixed for each condition: a noisy recording
     # hides them) video-only input depends on the noise too, and is decoded in every condition
     edges = "edge_frames" in settings
-    reuse_video = (modality == "audiovisual" or (modality == "video" and edges)) and len(conditions) > 1
-    cache: dict[str, torch.Tensor] | None = {} if reuse_video else None
+    video_input = [m for m in modalities if m == "audiovisual" or (m == "video" and edges)]
+    # the video front-end's output of every utterance, kept for the other conditions (one set of videos)
+    cache: dict[str, torch.Tensor] | None = {} if video_input and len(conditions) > 1 else None
+    video_hyps: tuple[dict[str, str], dict[str, str]] | None = None
     for cond, snr in conditions:
-        out_dir = out_mod / cond
-        if snr is not None:  # the noise recording of a noisy condition
-            noise = {"noise_file": str(job.noise_file.resolve()), "noise_name": job.noise_name}
-            claim(out_dir, noise, job.overwrite, [p for p in [out_dir / "hyp"] if p.is_file()])
-        if (out_dir / "hyp").is_file():
-            logger.info("%s exists, skipping", out_dir / "hyp")
-            continue
-        if modality == "video" and video_hyps is not None and not edges:  # the noise does not reach it
-            hyps, failed = video_hyps
-        else:
-            transcriber = job.transcriber  # loaded on first use
-            t0 = time.time()
-            results = transcriber.transcribe_batch(
-                utts, modality=modality, noise=job.noise_file if snr is not None else None, snr_db=snr,
-                word_timings=False, video_cache=cache, progress=True)
-            hyps = {r.key: r.text for r in results if r.ok}
-            failed = {r.key: r.error for r in results if not r.ok}
-            logger.info("%s/%s/%s: %d utterances in %.1f s (%d failed)", job.test_set, modality, cond,
-                        len(hyps), time.time() - t0, len(failed))
+        todo = []
+        for modality in modalities:
+            out_dir = root / modality / cond
+            if snr is not None:  # the noise recording of a noisy condition
+                noise = {"noise_file": str(job.noise_file.resolve()), "noise_name": job.noise_name}
+                claim(out_dir, noise, job.overwrite, [p for p in [out_dir / "hyp"] if p.is_file()])
+            if (out_dir / "hyp").is_file():
+                logger.info("%s exists, skipping", out_dir / "hyp")
+            else:
+                todo.append(modality)
+        given: dict[str, dict[str, str]] = {}  # modality -> hypotheses from the audio-visual pass
+        for modality in todo:
+            if modality in given:
+                hyps = given[modality]
+                rest = [u for u in utts if u.utt_id not in hyps]  # failed in the audio-visual pass
+                failed: dict[str, str] = {}
+                if rest:
+                    more, failed, _ = _transcribe(job, modality, cond, snr, rest, cache)
+                    hyps = {**hyps, **more}
+                logger.info("%s/%s/%s: %d utterances from the audio-visual pass's %s view", job.test_set,
+                            modality, cond, len(given[modality]), modality)
+            elif modality == "video" and video_hyps is not None and not edges:  # the noise does not reach it
+                hyps, failed = video_hyps
+            else:
+                views = [m for m in from_views if m in todo] if modality == "audiovisual" else []
+                hyps, failed, got = _transcribe(job, modality, cond, snr, utts, cache, views)
+                given.update(got)
             if modality == "video":
                 video_hyps = hyps, failed
-        _write_condition(out_dir, refs, hyps, failed)
+            _write_condition(root / modality / cond, refs, hyps, failed)
+
+
+def _transcribe(job: DecodeJob, modality: str, cond: str, snr: float | None, utts: list[Utterance],
+                cache: dict[str, torch.Tensor] | None, views: Sequence[str] = ()
+                ) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, str]]]:
+    """``(hyps, failed, view_hyps)`` of ``utts`` in one modality and condition: ``utt-id -> text`` of those
+    decoded, ``utt-id -> reason`` of those that failed, and with ``views`` (audio-visual input) the named
+    views' hypotheses of the utterances decoded (``{view: {utt-id: text}}``, else empty)."""
+    t0 = time.time()
+    results = job.transcriber.transcribe_batch(  # the model is loaded on first use
+        utts, modality=modality, noise=job.noise_file if snr is not None else None, snr_db=snr,
+        word_timings=False, video_cache=cache, progress=True, views=bool(views))
+    hyps = {r.key: r.text for r in results if r.ok}
+    failed = {r.key: r.error for r in results if not r.ok}
+    logger.info("%s/%s/%s: %d utterances in %.1f s (%d failed)", job.test_set, modality, cond, len(hyps),
+                time.time() - t0, len(failed))
+    given = {v: {r.key: r.views[v].text for r in results if r.ok and r.views and v in r.views} for v in views}
+    return hyps, failed, given
 
 
 def _write_condition(out_dir: Path, refs: dict[str, str], hyps: dict[str, str], failed: dict[str, str]

@@ -258,10 +258,14 @@ def segments(media: Media, limit: int | None, edge_frames: EdgeRanges | None,
 def join(key: str, parts: list[tuple[int, Transcript]]) -> Transcript:
     """One transcript from the ``(offset in frames, transcript)`` of an item's segments: text and tokens in
     time order, scores summed, word times moved by the offsets, ``info["segments_s"]`` (and
-    ``segments_edges_changed_frames``) added; one part: the part itself, named ``key``."""
+    ``segments_edges_changed_frames``) added, the views (:attr:`Transcript.views`) joined the same way; one
+    part: the part itself, named ``key``."""
     if len(parts) == 1:
-        parts[0][1].key = key
-        return parts[0][1]
+        only = parts[0][1]
+        only.key = key
+        for view in (only.views or {}).values():
+            view.key = key
+        return only
     parts = sorted(parts, key=lambda p: p[0])
     words = None
     if all(t.words is not None for _, t in parts):
@@ -271,6 +275,10 @@ def join(key: str, parts: list[tuple[int, Transcript]]) -> Transcript:
             words += [dataclasses.replace(w, start=round(w.start + shift, 3), end=round(w.end + shift, 3))
                       for w in t.words]
     first = parts[0][1]
+    views = None
+    if all(t.views is not None for _, t in parts):  # each view joined like the transcript
+        names = set.intersection(*(set(t.views) for _, t in parts))
+        views = {n: join(key, [(off, t.views[n]) for off, t in parts]) for n in sorted(names)}
     info = {**first.info, "segments_s": [[off / FPS, (off + t.num_frames) / FPS] for off, t in parts]}
     info.pop("edges_changed_frames", None)
     if any("edges_changed_frames" in t.info for _, t in parts):
@@ -278,7 +286,7 @@ def join(key: str, parts: list[tuple[int, Transcript]]) -> Transcript:
     return Transcript(key=key, text=" ".join(t.text for _, t in parts if t.text),
                       tokens=[x for _, t in parts for x in t.tokens],
                       score=sum(t.score for _, t in parts), words=words, modality=first.modality,
-                      num_frames=sum(t.num_frames for _, t in parts), info=info)
+                      num_frames=sum(t.num_frames for _, t in parts), info=info, views=views)
 
 
 def restore_edges(t: Transcript, change: tuple[int, int] | None) -> Transcript:

@@ -35,6 +35,7 @@ from avsr.data.noise import NoiseSource
 from avsr.data.tokenizer import Tokenizer
 from avsr.decode.align import AlignmentError, WordTiming, word_timings
 from avsr.decode.config import DecodeConfig, FairseqConfig, SearchConfig, load_decode_config
+from avsr.decode.hypothesis import Hypothesis
 from avsr.decode.searcher import Searcher
 from avsr.features import avhubert_audio_features, crop_video, normalize_video
 from avsr.inference.inputs import as_item, given_modality, load_item, noise_source, warn_low_rate
@@ -72,6 +73,7 @@ class _Call:
     source: NoiseSource | None
     snr_db: float | None
     want_words: bool
+    want_views: bool
     video_cache: MutableMapping[str, torch.Tensor] | None
     root: Path
     bar: Any
@@ -312,6 +314,7 @@ class Transcriber:
         video_cache: MutableMapping[str, torch.Tensor] | None = None,
         work_dir: PathLike | None = None,
         window: int = 512,
+        views: bool = False,
     ) -> list[Transcript]:
         """Transcribe many utterances, batched over utterances (the batched beam search).
 
@@ -335,6 +338,11 @@ class Transcriber:
                 must be unique and the mapping used with one model and one set of videos.
             work_dir: where raw face videos' ROI mp4 and wav are written (kept); default: a temporary folder.
             window: items read ahead for bucketing when lengths are not known in advance.
+            views: keep, in each audio-visual transcript's :attr:`Transcript.views`, the transcripts of the
+                single-stream views that the ranking searched (``"video"`` with ``video_weight`` > 0,
+                ``"audio"`` with the confidence check; :class:`avsr.decode.searcher.Searcher`): the same texts
+                as transcribing the item with ``modality="video"`` / ``"audio"``, at no extra cost (the
+                recipe's decoding stage writes all three modalities from one audio-visual pass).
 
         Returns:
             One :class:`Transcript` per item, in the order of ``items``; a bad item has ``error`` set (and is
@@ -358,8 +366,8 @@ class Transcriber:
         with contextlib.ExitStack() as stack:
             root = Path(work_dir) if work_dir is not None else Path(
                 stack.enter_context(tempfile.TemporaryDirectory(prefix="avsr_transcribe_")))
-            call = _Call(requests, [None] * len(requests), source, snr_db, word_timings, video_cache, root,
-                         bar)
+            call = _Call(requests, [None] * len(requests), source, snr_db, word_timings, views, video_cache,
+                         root, bar)
             for mod, indices in _by_modality(call, modality).items():
                 known = all(requests[i].num_frames is not None for i in indices)
                 step = len(indices) if known else max(1, window)
@@ -439,19 +447,27 @@ class Transcriber:
                 if len(read) < len(units):  # some (or all) videos of the batch were cached
                     cached = [cache[k].transpose(0, 1) for k in keys]  # (T, D) each
                     video_features = pad_sequence(cached, batch_first=True).transpose(1, 2).to(self.device)
+            view_hyps: dict[str, list[list[Hypothesis]]] | None = {} if call.want_views else None
             hyps, ctc_logp, enc_lens = self.searcher.decode(
-                audio, None if video_features is not None else video, lengths, video_features)
+                audio, None if video_features is not None else video, lengths, video_features, view_hyps)
         out = []
         for j, m in enumerate(units):
-            best = hyps[j][0] if hyps[j] else None
-            tokens = list(best.tokens) if best is not None else []
-            info = dict(m.info)
-            words = self._words(ctc_logp, enc_lens, j, tokens, info) if call.want_words else None
-            out.append(restore_edges(Transcript(
-                key=m.key, text=self._text(tokens), tokens=tokens,
-                score=float(best.score) if best is not None else math.nan, words=words, modality=modality,
-                num_frames=m.num_frames, info=info), m.change))
+            t = self._transcript(m, hyps[j], modality)
+            if call.want_words:
+                t.words = self._words(ctc_logp, enc_lens, j, t.tokens, t.info)
+            if view_hyps:
+                t.views = {name: restore_edges(self._transcript(m, lists[j], name), m.change)
+                           for name, lists in view_hyps.items()}
+            out.append(restore_edges(t, m.change))
         return out
+
+    def _transcript(self, m: Media, hyps: list[Hypothesis], modality: str) -> Transcript:
+        """The transcript of piece ``m`` from its best hypothesis (if any), before :func:`restore_edges`."""
+        best = hyps[0] if hyps else None
+        tokens = list(best.tokens) if best is not None else []
+        return Transcript(key=m.key, text=self._text(tokens), tokens=tokens,
+                          score=float(best.score) if best is not None else math.nan, modality=modality,
+                          num_frames=m.num_frames, info=dict(m.info))
 
     def _words(self, ctc_logp: torch.Tensor | None, enc_lens: torch.Tensor, j: int, tokens: list[int],
                info: dict[str, Any]) -> list[WordTiming] | None:

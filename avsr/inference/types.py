@@ -84,6 +84,10 @@ class Transcript:
             ``noise``, ``snr_db``, ``words_note``, ``edges_changed_frames``, ``edges_note``) and ``warning``
             (an input longer than the model's training utterances, audio recorded below 16 kHz).
         error: why the item could not be transcribed, or None.
+        views: audio-visual input decoded with ``views=True``
+            (:meth:`avsr.inference.Transcriber.transcribe_batch`): the transcripts of the single-stream views
+            that the search ranked the hypotheses with, under ``"video"`` and ``"audio"`` (each view's own
+            best hypothesis: what decoding that stream alone gives; no word timings), else None.
     """
 
     key: str
@@ -95,6 +99,7 @@ class Transcript:
     num_frames: int = 0
     info: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    views: dict[str, Transcript] | None = None
 
     @property
     def ok(self) -> bool:
@@ -113,6 +118,9 @@ class Transcript:
                "words": [w.to_dict() for w in self.words] if self.words is not None else None, **self.info}
         if self.error is not None:
             out["error"] = self.error
+        if self.views is not None:
+            out["views"] = {name: {"text": v.text, "tokens": list(v.tokens), "score": v.score}
+                            for name, v in self.views.items()}
         return out
 
 

@@ -66,6 +66,7 @@ train_opts=${train_opts:-}                 # more options of avsr.bin.train, e.g
 phone_lexicon=${phone_lexicon:-}           # Kaldi lexicon.txt (WORD phone...): the phone targets of a training
                                            #   config with model_conf.phone_ctc_weight > 0
 decode_opts=${decode_opts:-}               # more options of avsr.bin.decode, e.g. "--precision bf16"
+decode_nj=${decode_nj:-0}                  # test sets decoded at once (0: one per CPU core; on a GPU 1)
 
 # ---- options: --name value ----
 while [ $# -gt 0 ]; do
@@ -230,35 +231,40 @@ stage_train() {
 }
 
 stage_decode() {
-  # On CPU every modality is decoded by its own single-threaded process, all in parallel (the beam search's
-  # small tensor ops gain nothing from threads); on a GPU one process decodes them in turn.
-  local noise_opt=() dev=0
+  # One process per test set decodes every modality and condition (audio-visual decoding yields the
+  # audio-only and video-only hypotheses too where the model's ranking searches those views:
+  # avsr.inference.decode_dir). On CPU up to one single-threaded process per core runs at once (the beam
+  # search's small tensor ops gain nothing from threads), on a GPU one at a time (decode_nj sets it).
+  local noise_opt=() dev=0 jobs="$decode_nj" failed=0 sys t lg
+  local -A logs=()  # pid -> log of the running processes
   [ -n "$test_noise" ] && noise_opt=(--noise-file "$test_noise" --noise-name "$noise_name" --snrs $test_snrs)
   [ "$ngpu" -gt 0 ] && dev=1
-  local groups=("$modalities")
-  # shellcheck disable=SC2206
-  [ "$dev" -eq 0 ] && groups=($modalities)
-  local sys
+  [ "$jobs" -gt 0 ] || jobs=$([ "$dev" -eq 1 ] && echo 1 || nproc)
+  reap() {  # wait for one decoding process; its utterance counts, or the tail of its log if it failed
+    local pid rc=0
+    wait -n -p pid "${!logs[@]}" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+      log "decoding failed, see ${logs[$pid]}:"; tail -n 20 "${logs[$pid]}"; failed=1
+    else
+      grep -h "utterances" "${logs[$pid]}" || true
+    fi
+    unset "logs[$pid]"
+  }
   for sys in "${systems[@]}"; do
-  mkdir -p "${sys}/logs"
-  for t in $decode_sets; do
-    local pids=() logs=() failed=0 i
-    for i in "${!groups[@]}"; do
-      local lg="${sys}/logs/decode_${t}_${i}.log"
+    mkdir -p "${sys}/logs"
+    for t in $decode_sets; do
+      while [ "${#logs[@]}" -ge "$jobs" ]; do reap; done
+      lg="${sys}/logs/decode_${t}.log"
       # shellcheck disable=SC2086
       "$python" -m avsr.bin.decode --exp-dir "$sys" --data "${data_dir}/${t}" --test-set "$t" \
-        --decode-config "$decode_config" --modalities ${groups[$i]} --average-nbest "$average_nbest" \
+        --decode-config "$decode_config" --modalities $modalities --average-nbest "$average_nbest" \
         --out "${sys}/decode" --ngpu "$dev" "${noise_opt[@]}" $decode_opts > "$lg" 2>&1 &
-      pids+=($!); logs+=("$lg")
-      log "decoding ${sys##*/}: ${t} / ${groups[$i]} (pid $!, log ${lg})"
+      logs[$!]="$lg"
+      log "decoding ${sys##*/}: ${t} (pid $!, log ${lg})"
     done
-    for i in "${!pids[@]}"; do
-      if ! wait "${pids[$i]}"; then log "decoding failed, see ${logs[$i]}:"; tail -n 20 "${logs[$i]}"; failed=1; fi
-    done
-    [ "$failed" -eq 0 ] || return 1
-    grep -h "utterances in" "${logs[@]}" || true
   done
-  done
+  while [ "${#logs[@]}" -gt 0 ]; do reap; done
+  return "$failed"
 }
 
 stage_score() {
