@@ -233,13 +233,16 @@ stage_train() {
 stage_decode() {
   # One process per test set decodes every modality and condition (audio-visual decoding yields the
   # audio-only and video-only hypotheses too where the model's ranking searches those views:
-  # avsr.inference.decode_dir). On CPU up to one single-threaded process per core runs at once (the beam
-  # search's small tensor ops gain nothing from threads), on a GPU one at a time (decode_nj sets it).
-  local noise_opt=() dev=0 jobs="$decode_nj" failed=0 sys t lg
+  # avsr.inference.decode_dir); with fewer test sets than processes to run, one per test set and modality.
+  # On CPU up to one single-threaded process per core runs at once (the beam search's small tensor ops gain
+  # nothing from threads), on a GPU one at a time (decode_nj sets it).
+  local noise_opt=() dev=0 jobs="$decode_nj" failed=0 sys t lg groups=("$modalities") i
   local -A logs=()  # pid -> log of the running processes
   [ -n "$test_noise" ] && noise_opt=(--noise-file "$test_noise" --noise-name "$noise_name" --snrs $test_snrs)
   [ "$ngpu" -gt 0 ] && dev=1
   [ "$jobs" -gt 0 ] || jobs=$([ "$dev" -eq 1 ] && echo 1 || nproc)
+  # shellcheck disable=SC2206
+  [ "$(( ${#systems[@]} * $(wc -w <<< "$decode_sets") ))" -ge "$jobs" ] || groups=($modalities)
   reap() {  # wait for one decoding process; its utterance counts, or the tail of its log if it failed
     local pid rc=0
     wait -n -p pid "${!logs[@]}" || rc=$?
@@ -253,14 +256,17 @@ stage_decode() {
   for sys in "${systems[@]}"; do
     mkdir -p "${sys}/logs"
     for t in $decode_sets; do
-      while [ "${#logs[@]}" -ge "$jobs" ]; do reap; done
-      lg="${sys}/logs/decode_${t}.log"
-      # shellcheck disable=SC2086
-      "$python" -m avsr.bin.decode --exp-dir "$sys" --data "${data_dir}/${t}" --test-set "$t" \
-        --decode-config "$decode_config" --modalities $modalities --average-nbest "$average_nbest" \
-        --out "${sys}/decode" --ngpu "$dev" "${noise_opt[@]}" $decode_opts > "$lg" 2>&1 &
-      logs[$!]="$lg"
-      log "decoding ${sys##*/}: ${t} (pid $!, log ${lg})"
+      for i in "${!groups[@]}"; do
+        while [ "${#logs[@]}" -ge "$jobs" ]; do reap; done
+        lg="${sys}/logs/decode_${t}.log"
+        [ "${#groups[@]}" -eq 1 ] || lg="${sys}/logs/decode_${t}_${groups[$i]}.log"
+        # shellcheck disable=SC2086
+        "$python" -m avsr.bin.decode --exp-dir "$sys" --data "${data_dir}/${t}" --test-set "$t" \
+          --decode-config "$decode_config" --modalities ${groups[$i]} --average-nbest "$average_nbest" \
+          --out "${sys}/decode" --ngpu "$dev" "${noise_opt[@]}" $decode_opts > "$lg" 2>&1 &
+        logs[$!]="$lg"
+        log "decoding ${sys##*/}: ${t} / ${groups[$i]} (pid $!, log ${lg})"
+      done
     done
   done
   while [ "${#logs[@]}" -gt 0 ]; do reap; done
