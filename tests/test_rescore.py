@@ -69,6 +69,23 @@ def test_sequence_scores_are_the_scores_the_beam_search_gave(ctc_scoring):
     torch.testing.assert_close(score, torch.tensor([h.score for h in flat]), atol=1e-4, rtol=1e-4)
 
 
+def test_sequence_scores_of_candidates_in_any_order_are_each_candidates_alone():
+    model = _model()
+    audio, video = _inputs()
+    g = torch.Generator().manual_seed(5)
+    # utterances with 3, 0 and 5 candidates of different lengths, interleaved
+    index = torch.tensor([2, 0, 2, 2, 0, 2, 0, 2])
+    sizes = torch.randint(1, 6, (8,), generator=g).tolist()
+    cands = [torch.randint(3, 12, (n,), generator=g).tolist() for n in sizes]
+    with torch.no_grad():
+        enc, lens = model.encode(audio, video, LENS)
+        together = _scorer(model, enc, lens)(cands, index)
+        alone = [_scorer(model, enc[u : u + 1], lens[u : u + 1])([c], torch.tensor([0]))
+                 for c, u in zip(cands, index.tolist())]
+    for got, want in zip(together, zip(*alone)):
+        torch.testing.assert_close(got, torch.cat(want), atol=1e-4, rtol=1e-5)
+
+
 def test_a_sequence_longer_than_its_frames_scores_minus_infinity():
     model = _model()
     audio, video = _inputs()
