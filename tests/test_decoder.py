@@ -41,14 +41,17 @@ def test_future_tokens_do_not_change_past_outputs():
 
 
 @pytest.mark.parametrize("normalize_before", [True, False])
-def test_a_group_of_sequences_per_utterance_reads_the_memory_as_each_row_alone(normalize_before):
+def test_rows_that_share_an_utterance_read_the_memory_as_each_row_alone(normalize_before):
     dec = make_decoder(decoder_normalize_before=normalize_before)
     b, group, t, length = 3, 4, 9, 5
     mem = torch.randn(b, t, ENC_DIM)
     mask = torch.arange(t)[None, :] < torch.tensor([9, 6, 2])[:, None]
     tok = torch.randint(0, V, (b * group, length))
     rows = dec(tok, mem.repeat_interleave(group, 0), mask.repeat_interleave(group, 0))
-    torch.testing.assert_close(dec(tok, mem, mask, group=group), rows, atol=1e-5, rtol=1e-5)
+    index = torch.arange(b).repeat_interleave(group)
+    torch.testing.assert_close(dec(tok, mem, mask, memory_index=index), rows, atol=1e-5, rtol=1e-5)
+    flipped = dec(tok.flip(0), mem, mask, memory_index=index.flip(0))
+    torch.testing.assert_close(flipped, rows.flip(0), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("normalize_before", [True, False])

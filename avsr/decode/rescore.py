@@ -96,21 +96,9 @@ def sequence_scores(
         ys_in = torch.cat([tokens.new_full((n, 1), sos), tokens], dim=1).masked_fill(pos > lens[:, None], eos)
         ys_out = torch.cat([tokens, tokens.new_zeros(n, 1)], dim=1)
         ys_out = ys_out.scatter(1, lens[:, None], eos)
-        # each utterance's candidates side by side (``group`` rows per utterance, some unused): the decoder
-        # reads each utterance's encoder output once for all of its candidates
-        bsz = enc.size(0)
-        counts = torch.bincount(index, minlength=bsz)
-        group = max(1, int(counts.max()))
-        order = torch.argsort(index, stable=True)
-        first = torch.cumsum(counts, 0) - counts
-        slot = torch.empty_like(index)
-        slot[order] = torch.arange(n, device=device) - first[index[order]]
-        rows = index * group + slot
-        grouped = ys_in.new_full((bsz * group, width + 1), eos)
-        grouped[:, 0] = sos
-        grouped[rows] = ys_in
+        # each utterance's keys and values of the encoder output are projected once for all its candidates
         mask = torch.arange(enc.size(1), device=device)[None, :] < enc_lens.to(device)[:, None]
-        logits = decoder(grouped, enc, mask, group=group)[rows]
+        logits = decoder(ys_in, enc, mask, memory_index=index)
         with fp32_context(device):
             logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ys_out[..., None])[..., 0]
         att = (logp * (pos <= lens[:, None])).sum(dim=1)

@@ -282,27 +282,20 @@ class TransformerDecoderLayer(nn.Module):
     def _ffn(self, x: Tensor) -> Tensor:
         return self.fc2(self.activation_dropout(self.activation_fn(self.fc1(x))))
 
-    def forward(self, x: Tensor, cross_k: Tensor, cross_v: Tensor, memory_mask: Tensor, group: int = 1
-                ) -> Tensor:
-        """Full (teacher-forced) pass: ``x (B * group, L, D)``, cross keys/values ``(B, H, T, D/H)``,
-        ``memory_mask (B, 1, 1, T)`` bool -> ``(B * group, L, D)``; rows ``n`` of ``x`` read utterance
-        ``n // group`` of the memory."""
+    def forward(self, x: Tensor, cross_k: Tensor, cross_v: Tensor, memory_mask: Tensor) -> Tensor:
+        """Full (teacher-forced) pass: ``x (B, L, D)``, cross keys/values ``(B, H, T, D/H)``,
+        ``memory_mask (B, 1, 1, T)`` bool -> ``(B, L, D)``."""
 
         def self_attn(h: Tensor) -> Tensor:
             k, v = self.self_attn.project_kv(h)
             return self.self_attn.attend(h, k, v, causal=True)
 
-        def cross_attn(h: Tensor) -> Tensor:
-            # an utterance's `group` sequences are one query sequence of `group * L` positions
-            # (cross-attention treats every query alone): the memory's keys and values are not copied
-            # per sequence
-            length = h.size(1)
-            out = self.encoder_attn.attend(h.reshape(-1, group * length, h.size(-1)), cross_k, cross_v,
-                                           memory_mask)
-            return out.reshape(-1, length, out.size(-1))
-
         x = self._block(x, self.self_attn_layer_norm, self_attn)
-        x = self._block(x, self.encoder_attn_layer_norm, cross_attn)
+        x = self._block(
+            x,
+            self.encoder_attn_layer_norm,
+            lambda h: self.encoder_attn.attend(h, cross_k, cross_v, memory_mask),
+        )
         return self._block(x, self.final_layer_norm, self._ffn)
 
     def step(self, x: Tensor, state: DecoderState, layer: int) -> Tensor:
@@ -389,23 +382,27 @@ class TransformerDecoder(nn.Module):
         with fp32_context(x.device):
             return self.output_projection(x.float())
 
-    def forward(self, tokens: Tensor, memory: Tensor, memory_mask: Tensor, group: int = 1) -> Tensor:
+    def forward(self, tokens: Tensor, memory: Tensor, memory_mask: Tensor, memory_index: Tensor | None = None
+                ) -> Tensor:
         """Teacher-forced pass.
 
         Args:
-            tokens: ``(B * group, L)`` int64 decoder inputs (``sos`` first); positions after a sequence's end
-                may hold any valid id -- self-attention is causal, so they never change earlier outputs.
-            memory: ``(B, T, encoder_dim)`` encoder output.
+            tokens: ``(N, L)`` int64 decoder inputs (``sos`` first); positions after a sequence's end may hold
+                any valid id -- self-attention is causal, so they never change earlier outputs.
+            memory: ``(B, T, encoder_dim)`` encoder output (``B = N`` without ``memory_index``).
             memory_mask: ``(B, T)`` bool, True on valid frames (each row needs at least one).
-            group: token sequences per utterance: row ``n`` of ``tokens`` reads utterance ``n // group`` of
-                the memory (e.g. several hypotheses of each utterance scored at once, as in
-                :func:`avsr.decode.rescore.sequence_scores`), without copying the memory per sequence.
+            memory_index: ``(N,)`` int64, or None: row ``n`` of ``tokens`` reads utterance ``memory_index[n]``
+                of the memory (several hypotheses of each utterance scored at once, as in
+                :func:`avsr.decode.rescore.sequence_scores`); each utterance's keys and values are then
+                projected once, not once per row.
 
         Returns:
-            ``(B * group, L, V)`` float32 logits (unnormalised) of the next token at each position (float32
-            also under a bfloat16 autocast, which the layers run in).
+            ``(N, L, V)`` float32 logits (unnormalised) of the next token at each position (float32 also
+            under a bfloat16 autocast, which the layers run in).
         """
         mask = memory_mask[:, None, None, :]
+        if memory_index is not None:
+            mask = mask[memory_index]
         x = self._embed(tokens, 0)
         for layer in self.layers:
             if (
@@ -415,7 +412,9 @@ class TransformerDecoder(nn.Module):
             ):
                 continue
             k, v = layer.encoder_attn.project_kv(memory)
-            x = layer(x, k, v, mask, group)
+            if memory_index is not None:
+                k, v = k[memory_index], v[memory_index]
+            x = layer(x, k, v, mask)
         return self._output(x)
 
     @torch.no_grad()
