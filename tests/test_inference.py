@@ -754,3 +754,24 @@ def test_the_decoding_stage_takes_audio_and_video_from_the_audio_visual_pass_as_
     (tmp_path / "decode.yaml").write_text(yaml.safe_dump({**DECODE, "audio_confidence": 0.0}))
     assert run("none", "audio", "video", "audiovisual") == [
         ("audiovisual", 5, True), ("audio", 5, False), ("video", 1, False)] * 2
+
+
+def test_the_views_of_a_cut_input_are_joined_like_its_transcript():
+    from avsr.inference import Transcript
+    from avsr.inference.segments import join
+
+    def piece(text, view_texts, frames):
+        views = {name: Transcript(key="u#x", text=t, tokens=[len(t)], score=-1.0, modality=name,
+                                  num_frames=frames) for name, t in view_texts.items()}
+        return Transcript(key="u#x", text=text, tokens=[1], score=-2.0, modality="audiovisual",
+                          num_frames=frames, views=views)
+
+    later = piece("SOON", {"audio": "SOON", "video": "NOW"}, 40)
+    first = piece("BIN BLUE", {"audio": "BIN BLUE", "video": "BIN"}, 60)
+    joined = join("u", [(60, later), (0, first)])  # pieces in any order: joined in time order
+    assert joined.text == "BIN BLUE SOON" and set(joined.views) == {"audio", "video"}
+    assert joined.views["audio"].text == "BIN BLUE SOON" and joined.views["video"].text == "BIN NOW"
+    assert joined.views["video"].score == -2.0 and joined.views["video"].num_frames == 100
+    assert all(v.key == "u" for v in joined.views.values())
+    alone = join("u", [(0, piece("BIN", {"video": "BIN"}, 50))])
+    assert alone.key == "u" and alone.views["video"].key == "u"
