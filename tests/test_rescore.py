@@ -8,6 +8,7 @@ import torch
 
 from avsr.config import ConfigError
 from avsr.decode import DecodeConfig, FairseqConfig
+from avsr.decode.config import searched_views
 from avsr.decode.hypothesis import Hypothesis
 from avsr.decode.rescore import rescore_with_views, sequence_scores
 from avsr.decode.searcher import Searcher
@@ -220,6 +221,10 @@ def test_the_default_weights_come_from_the_model_configuration_and_need_an_audio
     confident = _model(decode_defaults={**tuned, "audio_confidence": 2.0})
     assert Searcher(confident, DecodeConfig()).view_weights == (2.5, 0.75, 2.0)
     assert Searcher(confident, DecodeConfig(audio_confidence=0.0)).view_weights == (2.5, 0.75, 0.0)
+    # the views searched besides the fused input: video with a weight, audio with the confidence check
+    assert searched_views((2.5, 0.75, 2.0)) == ("video", "audio")
+    assert searched_views((2.5, 0.75, 0.0)) == searched_views((2.5, 0.0, 2.0)) == ("video",)
+    assert searched_views((0.0, 0.75, 2.0)) == ("audio",) and searched_views((0.0, 0.0, 0.0)) == ()
     assert gated.search_config().video_weight == 2.5  # no config given: the model's defaults
     fairseq_like = _model(decode_defaults=None)
     assert Searcher(fairseq_like, FairseqConfig()).view_weights == (0.0, 0.0, 0.0)

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Union
 from avsr.config import Config, ConfigError, config_path, from_dict, load_yaml, option, probability
 
 __all__ = ["DecodeConfig", "FairseqConfig", "SearchConfig", "SEARCHES", "default_view_weights",
-           "search_config", "load_decode_config"]
+           "searched_views", "search_config", "load_decode_config"]
 
 #: values of ``DecodeConfig.pre_beam``.
 PRE_BEAMS = ("avsr", "espnet", "espnet_nonbatch")
@@ -226,6 +226,15 @@ def default_view_weights(decode_defaults: Mapping[str, Any] | None) -> tuple[flo
     defaults = decode_defaults or {}
     return tuple(float(defaults.get(k) or 0.0)  # type: ignore[return-value]
                  for k in ("video_weight", "audio_weight", "audio_confidence"))
+
+
+def searched_views(weights: tuple[float, float, float]) -> tuple[str, ...]:
+    """The single-stream views that audio-visual decoding with ``(video_weight, audio_weight,
+    audio_confidence)`` searches besides the fused input (:class:`avsr.decode.searcher.Searcher`):
+    ``"video"`` with a video weight, ``"audio"`` with an audio weight and the confidence check (an audio
+    weight alone only scores the candidates)."""
+    video = ("video",) if weights[0] > 0 else ()
+    return video + (("audio",) if weights[1] > 0 and weights[2] > 0 else ())
 
 
 def search_config(mapping: Mapping[str, Any] | None, where: str = "decode options") -> SearchConfig:

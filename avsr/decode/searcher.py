@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from avsr.decode.beam_search import batch_beam_search
-from avsr.decode.config import SearchConfig, default_view_weights
+from avsr.decode.config import SearchConfig, default_view_weights, searched_views
 from avsr.decode.hypothesis import Hypothesis
 from avsr.decode.rescore import rescore_with_views, sequence_scores
 
@@ -158,8 +158,9 @@ class Searcher:
         def scorer(e: Tensor, logp: Tensor | None):
             return lambda cands, index: sequence_scores(cands, index, e, enc_lens, ctc_logp=logp, **ids)
 
+        searched = searched_views(weights)
         scored = []  # (weight, scorer) of each view
-        if weights[0] > 0:
+        if "video" in searched:
             enc_v, _ = model.encode(None, None, lengths, video_features)
             ctc_v = model.ctc_log_probs(enc_v)
             lists.append(self.search(enc_v, enc_lens, ctc_v, src_len, wide))
@@ -170,7 +171,7 @@ class Searcher:
             enc_a, _ = model.encode(audio, None, lengths)
             ctc_a = model.ctc_log_probs(enc_a)
             weight_a = weights[1] * gate
-            if weights[2] > 0:  # the confidence check: the audio-only view's best, per token
+            if "audio" in searched:  # the confidence check: the audio-only view's best, per token
                 audio_lists = self.search(enc_a, enc_lens, ctc_a, src_len, wide)
                 lists.append(audio_lists)
                 if views is not None:

@@ -58,7 +58,7 @@ import yaml
 
 from avsr.config import config_path, parse_yaml, to_dict
 from avsr.data.datadir import DataDirError, Utterance, read_datadir, write_kaldi_map
-from avsr.decode.config import load_decode_config
+from avsr.decode.config import load_decode_config, searched_views
 from avsr.fileio import remove_stale_tmp, write_text_atomic
 from avsr.inference.pretrained import model_defaults
 from avsr.inference.segments import EdgeRanges, check_edges
@@ -267,15 +267,13 @@ def decode_test_set(job: DecodeJob) -> Path:
 def views_searched(settings: dict[str, Any], modalities: Sequence[str]) -> list[str]:
     """The single-stream modalities among ``modalities`` whose hypotheses audio-visual decoding yields: the
     views its ranking searches (``video`` with ``video_weight`` > 0, ``audio`` with ``audio_weight`` and
-    ``audio_confidence`` > 0, from ``settings["view_weights"]``, see :func:`decode_settings`); none without
-    ``audiovisual`` in ``modalities``."""
+    ``audio_confidence`` > 0, from ``settings["view_weights"]``, see :func:`decode_settings` and
+    :func:`avsr.decode.config.searched_views`); none without ``audiovisual`` in ``modalities``."""
     weights = settings.get("view_weights")
     if "audiovisual" not in modalities or not weights:
         return []
-    out = ["video"] if weights["video_weight"] > 0 else []
-    if weights["audio_weight"] > 0 and weights["audio_confidence"] > 0:
-        out.append("audio")
-    return [m for m in out if m in modalities]
+    keys = ("video_weight", "audio_weight", "audio_confidence")
+    return [m for m in searched_views(tuple(weights[k] for k in keys)) if m in modalities]
 
 
 def _decode_conditions(job: DecodeJob, settings: dict[str, Any], utts: list[Utterance]) -> None:
