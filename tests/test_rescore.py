@@ -287,3 +287,48 @@ def test_rescore_with_views_joins_the_lists_without_repeats_and_checks_their_siz
         rescore_with_views([lists[0], []], score(0), [(one, score(1))])
     with pytest.raises(ValueError, match="must agree"):
         rescore_with_views(lists, score(0), [(torch.tensor([1.0, 2.0]), score(1))])
+
+
+def test_rescore_with_views_takes_a_views_own_search_scores_and_scores_only_the_rest():
+    # sequence scores per view (att, ctc, weighted): fused 0, video 1, audio 2
+    table = {
+        (1,): [(-1.0, -2.0, -1.5), (-3.0, -1.0, -2.0), (-0.5, -0.5, -0.5)],
+        (2,): [(-2.0, -1.0, -1.5), (-1.0, -1.0, -1.0), (-4.0, -6.0, -5.0)],
+        (3, 4): [(-6.0, -2.0, -4.0), (-0.2, -0.4, -0.3), (-1.0, float("-inf"), float("-inf"))],
+        (5,): [(-9.0, -9.0, -9.0), (-1.0, -1.0, -1.0), (-0.1, -0.3, -0.2)],
+    }
+    penalty = 0.5
+    calls: dict[int, list[tuple[int, ...]]] = {0: [], 1: [], 2: []}
+
+    def score(view):
+        def f(cands, index):
+            calls[view].append(tuple(tuple(c) for c in cands))
+            return tuple(torch.tensor([table[tuple(c)][view][k] for c in cands]) for k in range(3))
+        return f
+
+    def searched(view, keys):  # a view's own search: its hypotheses carry its scores and the length bonus
+        return [[Hypothesis(list(k), table[k][view][2] + penalty * (len(k) + 1), *table[k][view][:2])
+                 for k in keys]]
+
+    lists = [searched(0, [(1,), (2,)]), searched(1, [(2,), (3, 4)]), searched(2, [(5,)])]
+    views = [(torch.tensor([1.0]), score(1)), (torch.tensor([0.5]), score(2))]
+    full = rescore_with_views(lists, score(0), views, penalty=penalty, nbest=4)
+    assert calls == {0: [((1,), (2,), (3, 4), (5,))], 1: [((1,), (2,), (3, 4), (5,))],
+                     2: [((1,), (2,), (3, 4), (5,))]}
+    for v in calls:
+        calls[v].clear()
+    reused = rescore_with_views(lists, score(0), views, penalty=penalty, nbest=4, own_lists=[1, 2])
+    assert calls == {0: [((3, 4), (5,))], 1: [((1,), (5,))], 2: [((1,), (2,), (3, 4))]}  # the rest only
+    assert [(h.tokens, h.att_score, h.ctc_score) for h in reused[0]] == [
+        (h.tokens, h.att_score, h.ctc_score) for h in full[0]]
+    assert [h.score for h in reused[0]] == pytest.approx([h.score for h in full[0]])
+    assert [h.tokens for h in reused[0]] == [[1], [2], [5], [3, 4]]  # -3.75, -5, -10.1, -inf (+ bonus)
+    # a view that scores without a search of its own (None) scores every candidate
+    for v in calls:
+        calls[v].clear()
+    rescore_with_views(lists[:2], score(0), views, penalty=penalty, own_lists=[1, None])
+    assert calls[1] == [((1,),)] and calls[2] == [((1,), (2,), (3, 4))]
+    with pytest.raises(ValueError, match="own_lists"):
+        rescore_with_views(lists, score(0), views, own_lists=[1])
+    with pytest.raises(ValueError, match="own_lists"):
+        rescore_with_views(lists, score(0), views, own_lists=[0, 3])

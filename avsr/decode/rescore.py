@@ -22,7 +22,7 @@ right. The audio-only view scores the candidates but adds none of its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -116,6 +116,7 @@ def rescore_with_views(
     *,
     penalty: float = 0.0,
     nbest: int = 1,
+    own_lists: Sequence[int | None] | None = None,
 ) -> list[list[Hypothesis]]:
     """Join n-best lists per utterance and rank the distinct candidates by ``s_av + sum_i w_i * s_i``.
 
@@ -129,6 +130,12 @@ def rescore_with_views(
             per-utterance weight ``w_i`` (0: ignored) and its scorer as ``score_av``.
         penalty: the search's length bonus per token (``eos`` included), added once.
         nbest: hypotheses returned per utterance.
+        own_lists: per view, the position in ``nbest_lists`` of the list that the view's own beam search
+            produced, or None (a view that scores without searching). ``nbest_lists[0]`` is always taken
+            as the fused view's own. A candidate in a view's own list keeps the scores that search gave it
+            (``score`` less the length bonus, ``att_score``, ``ctc_score``: the same sequence scores, summed
+            token by token) and only the other candidates are scored by the view's scorer. None: every view
+            scores every candidate.
 
     Returns:
         Up to ``nbest`` hypotheses per utterance, best first; ``score`` is
@@ -144,26 +151,36 @@ def rescore_with_views(
     if any(len(lst) != b for lst in nbest_lists) or any(w.shape != (b,) for w, _ in views):
         raise ValueError(f"n-best lists of {[len(lst) for lst in nbest_lists]} utterances and weights of "
                          f"shapes {[tuple(w.shape) for w, _ in views]} must agree")
+    own = list(own_lists) if own_lists is not None else [None] * len(views)
+    if len(own) != len(views) or any(j is not None and not 0 < j < len(nbest_lists) for j in own):
+        raise ValueError(f"own_lists {own} must name, for each of the {len(views)} views, a list "
+                         f"1..{len(nbest_lists) - 1} or None")
     candidates: list[list[int]] = []
     owner: list[int] = []
+    found: list[dict[int, Hypothesis]] = []  # per candidate: list position -> that list's hypothesis
     for u in range(b):
-        seen: set[tuple[int, ...]] = set()
-        for hyp in (h for lst in nbest_lists for h in lst[u]):
-            key = tuple(hyp.tokens)
-            if key not in seen:
-                seen.add(key)
-                candidates.append(list(hyp.tokens))
-                owner.append(u)
+        seen: dict[tuple[int, ...], int] = {}
+        for j, lst in enumerate(nbest_lists):
+            for hyp in lst[u]:
+                key = tuple(hyp.tokens)
+                if key not in seen:
+                    seen[key] = len(candidates)
+                    candidates.append(list(hyp.tokens))
+                    owner.append(u)
+                    found.append({})
+                found[seen[key]].setdefault(j, hyp)
     if not candidates:
         return [[] for _ in range(b)]
     index = torch.tensor(owner, dtype=torch.long)
-    att, ctc, total = score_av(candidates, index)
+    att, ctc, total = _scores_of_view(score_av, 0 if own_lists is not None else None, candidates, index,
+                                      found, penalty)
     total = total.clone()
-    for weights, scorer in views:
+    for (weights, scorer), j in zip(views, own):
         if bool((weights > 0).any()):
             w = weights.to(total)[index.to(total.device)]
+            score = _scores_of_view(scorer, j, candidates, index, found, penalty)[2].to(total.device)
             # -inf (a sequence CTC cannot align) as a huge finite score: a weight of 0 then adds 0, not nan
-            total += w * scorer(candidates, index)[2].nan_to_num(neginf=-1e30)
+            total += w * score.nan_to_num(neginf=-1e30)
     lens = torch.tensor([len(c) + 1 for c in candidates], dtype=torch.float32, device=total.device)
     total = (total + penalty * lens).cpu()
     att, ctc = att.cpu(), ctc.cpu()
@@ -173,3 +190,27 @@ def rescore_with_views(
         if len(out[u]) < nbest:
             out[u].append(Hypothesis(candidates[i], float(total[i]), float(att[i]), float(ctc[i])))
     return out
+
+
+def _scores_of_view(scorer: Scorer, own: int | None, candidates: list[list[int]], index: Tensor,
+                    found: list[dict[int, Hypothesis]], penalty: float) -> tuple[Tensor, Tensor, Tensor]:
+    """``(att, ctc, score)`` ``(N,)`` of every candidate under one view: from the view's own search where
+    the candidate is in list ``own`` (its ``score`` less the length bonus ``penalty * (len + 1)``), from
+    ``scorer`` for the rest (all of them when ``own`` is None)."""
+    rows = [i for i, f in enumerate(found) if own is None or own not in f]
+    if len(rows) == len(candidates):
+        return scorer(candidates, index)
+    known = [(i, found[i][own]) for i in range(len(candidates)) if own in found[i]]
+    at = torch.tensor([i for i, _ in known], dtype=torch.long)
+    values = torch.tensor([[h.att_score, h.ctc_score, h.score - penalty * (len(h.tokens) + 1)]
+                           for _, h in known], dtype=torch.float32)
+    if rows:
+        scored = scorer([candidates[i] for i in rows], index[rows])
+        device = scored[0].device
+    else:
+        scored, device = None, torch.device("cpu")
+    out = torch.empty(3, len(candidates), dtype=torch.float32, device=device)
+    out[:, at.to(device)] = values.T.to(device)
+    if scored is not None:
+        out[:, torch.tensor(rows, dtype=torch.long, device=device)] = torch.stack([v.float() for v in scored])
+    return out[0], out[1], out[2]

@@ -159,21 +159,24 @@ class Searcher:
             return lambda cands, index: sequence_scores(cands, index, e, enc_lens, ctc_logp=logp, **ids)
 
         searched = searched_views(weights)
-        scored = []  # (weight, scorer) of each view
+        scored, own = [], []  # (weight, scorer) of each view; the position of its own search's list
         if "video" in searched:
             enc_v, _ = model.encode(None, None, lengths, video_features)
             ctc_v = model.ctc_log_probs(enc_v)
             lists.append(self.search(enc_v, enc_lens, ctc_v, src_len, wide))
             scored.append((weights[0] * gate, scorer(enc_v, ctc_v)))
+            own.append(len(lists) - 1)
             if views is not None:
                 views["video"] = [h[: config.nbest] for h in lists[-1]]
         if weights[1] > 0:
             enc_a, _ = model.encode(audio, None, lengths)
             ctc_a = model.ctc_log_probs(enc_a)
             weight_a = weights[1] * gate
+            own.append(None)
             if "audio" in searched:  # the confidence check: the audio-only view's best, per token
                 audio_lists = self.search(enc_a, enc_lens, ctc_a, src_len, wide)
                 lists.append(audio_lists)
+                own[-1] = len(lists) - 1
                 if views is not None:
                     views["audio"] = [h[: config.nbest] for h in audio_lists]
                 steps = [len(h[0].tokens) + 1 if h else 1 for h in audio_lists]
@@ -182,4 +185,4 @@ class Searcher:
                 weight_a = weight_a * torch.exp(weights[2] * conf).clamp(max=1.0)
             scored.append((weight_a, scorer(enc_a, ctc_a)))
         return rescore_with_views(lists, scorer(enc, ctc_logp), scored, penalty=config.penalty,
-                                  nbest=config.nbest)
+                                  nbest=config.nbest, own_lists=own)
