@@ -475,7 +475,21 @@ def test_the_video_cache_keeps_each_change_of_the_edges_apart(env):
     cache: dict[str, torch.Tensor] = {}
     clean = on.transcribe_batch(items, video_cache=cache)
     assert sorted(cache) == ["a@-4,3", "b"]  # "b" has no silence: as given
-    noisy = on.transcribe_batch(items, noise=env["noise"], snr_db=0.0, video_cache=cache)  # "a" as given too
+    model = on.model
+    encode, frames_run = model.encoder.encode_video, []
+
+    def counted(video, lengths):
+        frames_run.append(int(lengths.sum()))
+        return encode(video, lengths)
+
+    model.encoder.encode_video = counted
+    try:  # "a" as given too: made from its cached version and its two ends, run through the front-end
+        noisy = on.transcribe_batch(items, noise=env["noise"], snr_db=0.0, video_cache=cache)
+    finally:
+        del model.encoder.encode_video
+    # of 55 frames: 0-5 (the 4 cut before plus the stem's reach) and 53-54, each clip with its 2-frame
+    # window; "b" is cached as it is
+    assert frames_run == [(6 + 2) + (2 + 2)]
     assert sorted(cache) == ["a", "a@-4,3", "b"] and cache["a"].shape[-1] == 55
     plain = [on.transcribe_batch(items, noise=n, snr_db=s) for n, s in ((None, None), (env["noise"], 0.0))]
     assert [r.tokens for r in clean] == [r.tokens for r in plain[0]]

@@ -55,6 +55,7 @@ from avsr.inference.types import (
     TranscribeItem,
     Transcript,
 )
+from avsr.inference.video_cache import version_key
 
 __all__ = ["collect_media", "VIDEO_SUFFIXES", "as_item", "given_modality", "noise_source", "load_item",
            "load_video", "load_audio", "warn_low_rate"]
@@ -387,7 +388,7 @@ def load_item(item: TranscribeItem, inputs: tuple[str, ...], work: Path, *,
         wav = source.mix(wav, snr_db, key=key)
         info.update(noise=source.path, snr_db=snr_db)
     change = _edges_of(item, wav, edge_frames, source, snr_db, info)
-    cache_key = key if change is None else f"{key}@{change[0]},{change[1]}"
+    cache_key = version_key(key, change)
     if need_video and frames is None:
         if video_cache is not None and cache_key in video_cache:
             num_frames = int(video_cache[cache_key].shape[-1]) - (sum(change) if change else 0)

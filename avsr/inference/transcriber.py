@@ -52,6 +52,8 @@ from avsr.inference.segments import (
     stats_edges,
 )
 from avsr.inference.types import FPS, SAMPLE_RATE, InferenceError, Media, PathLike, TranscribeItem, Transcript
+from avsr.inference.video_cache import stem_radius, version_key
+from avsr.inference.video_cache import video_features as video_features_of
 from avsr.modalities import MODALITY_INPUTS
 from avsr.models.asr import AVSRModel
 from avsr.nn.precision import autocast_context, check_precision, resolve_precision
@@ -333,9 +335,12 @@ class Transcriber:
             progress: a tqdm progress bar (default: for more than 10 items).
             word_timings: compute word timings (models with a CTC head).
             video_cache: a mapping owned by the caller that keeps each item's video front-end output
-                (``(D, T)`` float, on the CPU) under its key; when the same videos are decoded again (another
-                noise condition of the audio), the video is neither read nor run through the front-end. Keys
-                must be unique and the mapping used with one model and one set of videos.
+                (``(D, T)`` float, on the CPU) under its key (with the change of its edges,
+                :func:`avsr.inference.video_cache.version_key`); when the same videos are decoded again
+                (another noise condition of the audio), the video is neither read nor run through the
+                front-end, and where the edges found in the new audio differ, only the frames near the ends
+                are (:func:`avsr.inference.video_cache.video_features`). Keys must be unique and the mapping
+                used with one model and one set of videos.
             work_dir: where raw face videos' ROI mp4 and wav are written (kept); default: a temporary folder.
             window: items read ahead for bucketing when lengths are not known in advance.
             views: keep, in each audio-visual transcript's :attr:`Transcript.views`, the transcripts of the
@@ -440,13 +445,14 @@ class Transcriber:
         video_features = None
         with autocast_context(self.device, self.precision):
             if "video" in inputs and cache is not None:
-                if video is not None:
-                    video_features = self.model.encoder.encode_video(video, lengths[read])
-                    for jj, j in enumerate(read):
-                        cache[keys[j]] = video_features[jj, :, : int(lengths[j])].float().cpu()
-                if len(read) < len(units):  # some (or all) videos of the batch were cached
-                    cached = [cache[k].transpose(0, 1) for k in keys]  # (T, D) each
-                    video_features = pad_sequence(cached, batch_first=True).transpose(1, 2).to(self.device)
+                # the videos read: through the front-end, or made from another version of their edges
+                made = {} if video is None else dict(zip(read, video_features_of(
+                    self.model.encoder.encode_video, video, [units[j].num_frames for j in read],
+                    [units[j].key for j in read], [units[j].change for j in read], cache,
+                    stem_radius(self.model),
+                    [keys[j] == version_key(units[j].key, units[j].change) for j in read])))
+                feats = [(made[j] if j in made else cache[k]).transpose(0, 1) for j, k in enumerate(keys)]
+                video_features = pad_sequence(feats, batch_first=True).transpose(1, 2).to(self.device)
             view_hyps: dict[str, list[list[Hypothesis]]] | None = {} if call.want_views else None
             hyps, ctc_logp, enc_lens = self.searcher.decode(
                 audio, None if video_features is not None else video, lengths, video_features, view_hyps)
