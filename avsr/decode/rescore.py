@@ -17,7 +17,9 @@ the audio (the mean of the model's audio gate, :meth:`avsr.encoder.AVHubertEncod
 the gate has already closed (babble), the fused view is mostly the lips and the single views add little;
 where it is open, the lips get a say that the audio cannot overrule alone (clean speech from a voice the
 audio path mishears), and the audio alone a say against a fusion that leans on the lips where the audio was
-right. The audio-only view scores the candidates but adds none of its own.
+right. The audio-only view adds candidates of its own only with the confidence check (``audio_confidence``,
+:class:`avsr.decode.searcher.Searcher`), which searches it. A candidate that a view's own search found keeps
+the scores that search gave it; the decoder and CTC score only the others (``own_lists``).
 """
 
 from __future__ import annotations
