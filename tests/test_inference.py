@@ -405,6 +405,16 @@ def test_long_input_is_cut_at_pauses_decoded_batched_and_joined(env):
     assert long.score == pytest.approx(sum(p.score for p in pieces), rel=1e-4)
     times = [x for w in long.words for x in (w.start, w.end)]
     assert times == sorted(times) and times[-1] <= t / 25
+    # a video cache over two conditions: the noisy audio is cut at other bounds, whose segments take none
+    # of the clean segments' video front-end output (segments are cached by their bounds)
+    cache: dict[str, torch.Tensor] = {}
+    tr.transcribe_batch([TranscribeItem(video=frames, audio=wav, key="long")], video_cache=cache)
+    noisy = tr.transcribe_batch([TranscribeItem(video=frames, audio=wav, key="long")], noise=env["noise"],
+                                snr_db=0.0, video_cache=cache)[0]
+    plain = tr.transcribe_batch([TranscribeItem(video=frames, audio=wav, key="long")], noise=env["noise"],
+                                snr_db=0.0)[0]
+    assert noisy.info["segments_s"] == plain.info["segments_s"] != long.info["segments_s"]
+    assert noisy.tokens == plain.tokens and noisy.score == plain.score
     # not cut: a warning when the input is longer than the training range
     whole = Transcriber(env["models"][0], env["tokenizer"], DECODE, train_max_s=3.0)(video=frames, audio=wav)
     assert "longer than the longest training utterance" in whole.info["warning"]

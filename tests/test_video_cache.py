@@ -67,13 +67,15 @@ def test_a_version_made_from_another_equals_the_front_end_on_the_whole_version(m
             assert calls == [[first + 2, len(v2) - stop + 2]]
 
 
-def test_a_batch_mixes_made_and_whole_videos_and_pieces_are_never_made_from_others(model):
+def test_a_batch_mixes_made_and_whole_videos_and_other_frames_are_never_borrowed(model):
     torch.manual_seed(2)
     videos = [torch.randn(n, 16, 16) for n in (30, 44, 37)]
     with torch.no_grad():
         cache: dict[str, torch.Tensor] = {}
         video_features(model.encoder.encode_video, videos[0][None, None], [30], ["a"], [None], cache, 2)
-        video_features(model.encoder.encode_video, videos[2][None, None], [37], ["c#0"], [None], cache, 2)
+        # a segment of a long input as cut in one condition (frames 0-39 of "c")
+        other = torch.randn(40, 16, 16)
+        video_features(model.encoder.encode_video, other[None, None], [40], ["c#0-40"], [None], cache, 2)
         wanted = [(2, -3), (0, 0), (-4, 1)]
         shifted = [_version(v, c) for v, c in zip(videos, wanted)]
         lens = [len(v) for v in shifted]
@@ -84,17 +86,17 @@ def test_a_batch_mixes_made_and_whole_videos_and_pieces_are_never_made_from_othe
             sizes.append(lengths.tolist())
             return model.encoder.encode_video(video, lengths)
 
-        got = video_features(encode, batch, lens, ["a", "b", "c#0"], wanted, cache, 2,
-                             reusable=[True, True, False])
-        # "a": its two ends (frames 0-5 and 25-28 of 29); "b" (nothing cached) and "c#0" (a piece): whole
+        # "c#0-37": the same segment cut at other bounds in this condition, other frames as read
+        got = video_features(encode, batch, lens, ["a", "b", "c#0-37"], wanted, cache, 2)
+        # "a": its two ends (frames 0-5 and 25-28 of 29); "b" (nothing cached) and "c#0-37": whole
         assert sizes == [[6, 4, 44, 34]]
         for feat, v in zip(got, shifted):
             full = model.encoder.encode_video(v[None, None], torch.tensor([len(v)]))[0]
             torch.testing.assert_close(feat, full, rtol=0, atol=1e-6)
-        assert sorted(cache) == ["a", "a@2,-3", "b", "c#0", "c#0@-4,1"]
+        assert sorted(cache) == ["a", "a@2,-3", "b", "c#0-37@-4,1", "c#0-40"]
         # no radius (a front-end the module does not know): every video whole
         sizes.clear()
-        video_features(encode, batch, lens, ["a", "b", "c#0"], [(1, 1)] * 3, {"a": cache["a"]}, None)
+        video_features(encode, batch, lens, ["a", "b", "c#0-37"], [(1, 1)] * 3, {"a": cache["a"]}, None)
         assert sizes == [lens]
 
 

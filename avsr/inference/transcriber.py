@@ -52,7 +52,7 @@ from avsr.inference.segments import (
     stats_edges,
 )
 from avsr.inference.types import FPS, SAMPLE_RATE, InferenceError, Media, PathLike, TranscribeItem, Transcript
-from avsr.inference.video_cache import stem_radius, version_key
+from avsr.inference.video_cache import stem_radius
 from avsr.inference.video_cache import video_features as video_features_of
 from avsr.modalities import MODALITY_INPUTS
 from avsr.models.asr import AVSRModel
@@ -448,9 +448,8 @@ class Transcriber:
                 # the videos read: through the front-end, or made from another version of their edges
                 made = {} if video is None else dict(zip(read, video_features_of(
                     self.model.encoder.encode_video, video, [units[j].num_frames for j in read],
-                    [units[j].key for j in read], [units[j].change for j in read], cache,
-                    stem_radius(self.model),
-                    [keys[j] == version_key(units[j].key, units[j].change) for j in read])))
+                    [units[j].video_id for j in read], [units[j].change for j in read], cache,
+                    stem_radius(self.model))))
                 feats = [(made[j] if j in made else cache[k]).transpose(0, 1) for j, k in enumerate(keys)]
                 video_features = pad_sequence(feats, batch_first=True).transpose(1, 2).to(self.device)
             view_hyps: dict[str, list[list[Hypothesis]]] | None = {} if call.want_views else None

@@ -98,7 +98,6 @@ def video_features(
     changes: Sequence[Change | None],
     cache: MutableMapping[str, torch.Tensor],
     radius: int | None,
-    reusable: Sequence[bool] | None = None,
 ) -> list[torch.Tensor]:
     """The front-end's output of a batch of videos, each made from the cached version of the same video that
     holds most of its frames, where there is one (:func:`reuse_plan`), and stored in ``cache``.
@@ -108,25 +107,24 @@ def video_features(
             (:meth:`avsr.encoder.AVHubertEncoder.encode_video`, under the caller's precision).
         video: ``(b, 1, T, H, W)`` float normalised frames of the ``b`` videos, zero-padded.
         lengths: ``b`` valid frame counts (after the change of the edges).
-        keys: ``b`` item keys (without the change).  changes: ``b`` changes of the edges made (None: none).
+        keys: ``b`` identities of the frames as read (:attr:`avsr.inference.types.Media.video_id`: the item
+            key, or a segment's key with its bounds), without the change.  changes: ``b`` changes of the
+            edges made (None: none).
         cache: the caller's video cache (:meth:`avsr.inference.Transcriber.transcribe_batch`): ``(D, T)``
             float32 CPU tensors under :func:`version_key`; each video's output is stored under its key.
         radius: the stem's temporal half-width (:func:`stem_radius`); None: nothing is reused.
-        reusable: per video, whether another version of it may be taken from the cache (default: all); a
-            piece of a long input cut at pauses is not (its bounds may differ between versions).
 
     Returns:
         ``b`` tensors ``(D, lengths[i])`` float32 on the CPU.
     """
     changes = [c or (0, 0) for c in changes]
-    reusable = [True] * len(keys) if reusable is None else list(reusable)
     versions = _cached_versions(cache, set(keys)) if radius is not None else {}
     clips: list[tuple[int, int, int]] = []  # (video, first frame, stop frame) run through the front-end
     # per video: (first, stop, offset, cached key, start clip, end clip), or the clip of the whole video
     plans: list[tuple[int, int, int, str, int | None, int | None] | int] = []
     for i, (key, change, n) in enumerate(zip(keys, changes, lengths)):
         plan, old_key = None, ""
-        for old_change, k in versions.get(key, []) if reusable[i] else []:  # the version that gives most
+        for old_change, k in versions.get(key, []):  # the version that gives most of the frames
             p = reuse_plan(n - change[0] - change[1], old_change, change, radius)
             if p is not None and (plan is None or p[1] - p[0] > plan[1] - plan[0]):
                 plan, old_key = p, k
