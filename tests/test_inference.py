@@ -175,9 +175,9 @@ def test_the_video_cache_skips_the_video_and_changes_nothing(env, monkeypatch):
     items = [TranscribeItem(video=v, audio=a) for v, a in env["utts"]]
     plain = {snr: tr.transcribe_batch(items, noise=env["noise"] if snr is not None else None, snr_db=snr)
              for snr in (None, 0.0)}
-    cache: dict[str, torch.Tensor] = {}
+    cache: dict = {}
     first = tr.transcribe_batch(items, video_cache=cache)
-    assert sorted(cache) == ["u0", "u1", "u2", "u3"] and cache["u1"].shape == (32, 45)
+    assert sorted(cache) == [(f"u{i}", (0, 0)) for i in range(4)] and cache["u1", (0, 0)].shape == (32, 45)
 
     def no_video(*args, **kwargs):
         raise AssertionError("the video was read although it is cached")
@@ -407,7 +407,7 @@ def test_long_input_is_cut_at_pauses_decoded_batched_and_joined(env):
     assert times == sorted(times) and times[-1] <= t / 25
     # a video cache over two conditions: the noisy audio is cut at other bounds, whose segments take none
     # of the clean segments' video front-end output (segments are cached by their bounds)
-    cache: dict[str, torch.Tensor] = {}
+    cache: dict = {}
     tr.transcribe_batch([TranscribeItem(video=frames, audio=wav, key="long")], video_cache=cache)
     noisy = tr.transcribe_batch([TranscribeItem(video=frames, audio=wav, key="long")], noise=env["noise"],
                                 snr_db=0.0, video_cache=cache)[0]
@@ -482,9 +482,9 @@ def test_the_video_cache_keeps_each_change_of_the_edges_apart(env):
     frames, wav = _edged(env, 9, 1)
     items = [TranscribeItem(video=frames, audio=wav, key="a"),
              TranscribeItem(video=read_video(env["utts"][2][0]), audio=read_wav(env["utts"][2][1]), key="b")]
-    cache: dict[str, torch.Tensor] = {}
+    cache: dict = {}
     clean = on.transcribe_batch(items, video_cache=cache)
-    assert sorted(cache) == ["a@-4,3", "b"]  # "b" has no silence: as given
+    assert sorted(cache) == [("a", (-4, 3)), ("b", (0, 0))]  # "b" has no silence: as given
     model = on.model
     encode, frames_run = model.encoder.encode_video, []
 
@@ -500,7 +500,8 @@ def test_the_video_cache_keeps_each_change_of_the_edges_apart(env):
     # of 55 frames: 0-5 (the 4 cut before plus the stem's reach) and 53-54, each clip with its 2-frame
     # window; "b" is cached as it is
     assert frames_run == [(6 + 2) + (2 + 2)]
-    assert sorted(cache) == ["a", "a@-4,3", "b"] and cache["a"].shape[-1] == 55
+    assert sorted(cache) == [("a", (-4, 3)), ("a", (0, 0)), ("b", (0, 0))]
+    assert cache["a", (0, 0)].shape[-1] == 55
     plain = [on.transcribe_batch(items, noise=n, snr_db=s) for n, s in ((None, None), (env["noise"], 0.0))]
     assert [r.tokens for r in clean] == [r.tokens for r in plain[0]]
     assert [r.tokens for r in noisy] == [r.tokens for r in plain[1]]

@@ -27,8 +27,11 @@ def _version(orig: torch.Tensor, change: tuple[int, int]) -> torch.Tensor:
 
 
 def test_version_keys_and_the_stems_radius(model):
-    assert version_key("u1", None) == version_key("u1", (0, 0)) == "u1"
-    assert version_key("u1", (-4, 3)) == "u1@-4,3"
+    assert version_key("u1", None) == version_key("u1", (0, 0)) == ("u1", (0, 0))
+    assert version_key("u1", (-4, 3)) == ("u1", (-4, 3))
+    # no item key, however it is spelled, names another item's version or a segment
+    assert version_key("u1@-4,3", None) != version_key("u1", (-4, 3))
+    assert version_key("u1#0-40", None) != version_key(("u1", 0, 40), None)
     assert stem_radius(model) == 2  # AV-HuBERT's 5-frame stem
     assert stem_radius(torch.nn.Linear(2, 2)) is None
 
@@ -55,7 +58,7 @@ def test_a_version_made_from_another_equals_the_front_end_on_the_whole_version(m
     with torch.no_grad():
         for cached, wanted in itertools.product(CHANGES, repeat=2):
             v1, v2 = _version(orig, cached), _version(orig, wanted)
-            cache: dict[str, torch.Tensor] = {}
+            cache: dict = {}
             video_features(encode, v1[None, None], [len(v1)], ["u"], [cached], cache, 2)
             calls.clear()
             got = video_features(encode, v2[None, None], [len(v2)], ["u"], [wanted], cache, 2)[0]
@@ -71,11 +74,11 @@ def test_a_batch_mixes_made_and_whole_videos_and_other_frames_are_never_borrowed
     torch.manual_seed(2)
     videos = [torch.randn(n, 16, 16) for n in (30, 44, 37)]
     with torch.no_grad():
-        cache: dict[str, torch.Tensor] = {}
+        cache: dict = {}
         video_features(model.encoder.encode_video, videos[0][None, None], [30], ["a"], [None], cache, 2)
         # a segment of a long input as cut in one condition (frames 0-39 of "c")
         other = torch.randn(40, 16, 16)
-        video_features(model.encoder.encode_video, other[None, None], [40], ["c#0-40"], [None], cache, 2)
+        video_features(model.encoder.encode_video, other[None, None], [40], [("c", 0, 40)], [None], cache, 2)
         wanted = [(2, -3), (0, 0), (-4, 1)]
         shifted = [_version(v, c) for v, c in zip(videos, wanted)]
         lens = [len(v) for v in shifted]
@@ -86,17 +89,19 @@ def test_a_batch_mixes_made_and_whole_videos_and_other_frames_are_never_borrowed
             sizes.append(lengths.tolist())
             return model.encoder.encode_video(video, lengths)
 
-        # "c#0-37": the same segment cut at other bounds in this condition, other frames as read
-        got = video_features(encode, batch, lens, ["a", "b", "c#0-37"], wanted, cache, 2)
-        # "a": its two ends (frames 0-5 and 25-28 of 29); "b" (nothing cached) and "c#0-37": whole
+        # ("c", 0, 37): the same segment cut at other bounds in this condition, other frames as read
+        got = video_features(encode, batch, lens, ["a", "b", ("c", 0, 37)], wanted, cache, 2)
+        # "a": its two ends (frames 0-5 and 25-28 of 29); "b" (nothing cached) and ("c", 0, 37): whole
         assert sizes == [[6, 4, 44, 34]]
         for feat, v in zip(got, shifted):
             full = model.encoder.encode_video(v[None, None], torch.tensor([len(v)]))[0]
             torch.testing.assert_close(feat, full, rtol=0, atol=1e-6)
-        assert sorted(cache) == ["a", "a@2,-3", "b", "c#0-37@-4,1", "c#0-40"]
+        assert set(cache) == {("a", (0, 0)), ("a", (2, -3)), ("b", (0, 0)), (("c", 0, 37), (-4, 1)),
+                              (("c", 0, 40), (0, 0))}
         # no radius (a front-end the module does not know): every video whole
         sizes.clear()
-        video_features(encode, batch, lens, ["a", "b", "c#0-37"], [(1, 1)] * 3, {"a": cache["a"]}, None)
+        video_features(encode, batch, lens, ["a", "b", ("c", 0, 37)], [(1, 1)] * 3,
+                       {("a", (0, 0)): cache["a", (0, 0)]}, None)
         assert sizes == [lens]
 
 
@@ -104,7 +109,7 @@ def test_the_cached_version_that_holds_most_of_the_frames_is_taken(model):
     torch.manual_seed(3)
     orig = torch.randn(40, 16, 16)
     with torch.no_grad():
-        cache: dict[str, torch.Tensor] = {}
+        cache: dict = {}
         for change in ((-11, -12), (0, 0)):  # the edges cut (as clean audio finds them), then as read
             v = _version(orig, change)
             video_features(model.encoder.encode_video, v[None, None], [len(v)], ["u"], [change], cache, 2)
@@ -116,7 +121,7 @@ def test_the_cached_version_that_holds_most_of_the_frames_is_taken(model):
 
         v = _version(orig, (3, 3))
         got = video_features(encode, v[None, None], [len(v)], ["u"], [(3, 3)], cache, 2)[0]
-        # from "u" (frames 2..37 of it), not from "u@-11,-12" (frames 13..25 only)
+        # from "u" as read (frames 2..37 of it), not from its version (-11, -12) (frames 13..25 only)
         assert reuse_plan(40, (0, 0), (3, 3), 2) == (5, 41, -3) and sizes == [[7, 7]]
         full = model.encoder.encode_video(v[None, None], torch.tensor([len(v)]))[0]
         torch.testing.assert_close(got, full, rtol=0, atol=1e-6)

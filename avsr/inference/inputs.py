@@ -55,7 +55,7 @@ from avsr.inference.types import (
     TranscribeItem,
     Transcript,
 )
-from avsr.inference.video_cache import version_key
+from avsr.inference.video_cache import VersionKey, version_key
 
 __all__ = ["collect_media", "VIDEO_SUFFIXES", "as_item", "given_modality", "noise_source", "load_item",
            "load_video", "load_audio", "warn_low_rate"]
@@ -345,7 +345,7 @@ def _edges_of(item: TranscribeItem, wav: torch.Tensor | None, edge_frames: EdgeR
 
 
 def load_item(item: TranscribeItem, inputs: tuple[str, ...], work: Path, *,
-              video_cache: Mapping[str, torch.Tensor] | None = None, source: NoiseSource | None = None,
+              video_cache: Mapping[VersionKey, torch.Tensor] | None = None, source: NoiseSource | None = None,
               snr_db: float | None = None, edge_frames: EdgeRanges | None = None) -> Media:
     """The raw media of one item for ``inputs``, ready to be cut and decoded.
 

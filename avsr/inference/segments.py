@@ -248,7 +248,7 @@ def segments(media: Media, limit: int | None, edge_frames: EdgeRanges | None,
         if change is not None and (change == (0, 0) or stop - start + sum(change) < MIN_FRAMES):
             change = None
         piece = Media(f"{media.key}#{n}", wav, frames, stop - start, dict(info), offset=start,
-                      video_id=f"{media.key}#{start}-{stop}", change=change)
+                      video_id=(media.key, start, stop), change=change)
         if change is not None:
             piece.info["edges_changed_frames"] = list(change)
         out.append(shifted(piece, edge_frames))

@@ -52,7 +52,7 @@ from avsr.inference.segments import (
     stats_edges,
 )
 from avsr.inference.types import FPS, SAMPLE_RATE, InferenceError, Media, PathLike, TranscribeItem, Transcript
-from avsr.inference.video_cache import stem_radius
+from avsr.inference.video_cache import VersionKey, stem_radius
 from avsr.inference.video_cache import video_features as video_features_of
 from avsr.modalities import MODALITY_INPUTS
 from avsr.models.asr import AVSRModel
@@ -76,7 +76,7 @@ class _Call:
     snr_db: float | None
     want_words: bool
     want_views: bool
-    video_cache: MutableMapping[str, torch.Tensor] | None
+    video_cache: MutableMapping[VersionKey, torch.Tensor] | None
     root: Path
     bar: Any
 
@@ -313,7 +313,7 @@ class Transcriber:
         strict: bool = False,
         progress: bool | None = None,
         word_timings: bool = True,
-        video_cache: MutableMapping[str, torch.Tensor] | None = None,
+        video_cache: MutableMapping[VersionKey, torch.Tensor] | None = None,
         work_dir: PathLike | None = None,
         window: int = 512,
         views: bool = False,
@@ -335,8 +335,8 @@ class Transcriber:
             progress: a tqdm progress bar (default: for more than 10 items).
             word_timings: compute word timings (models with a CTC head).
             video_cache: a mapping owned by the caller that keeps each item's video front-end output
-                (``(D, T)`` float, on the CPU) under its key (with the change of its edges,
-                :func:`avsr.inference.video_cache.version_key`); when the same videos are decoded again
+                (``(D, T)`` float, on the CPU) under its key and the change of its edges
+                (:func:`avsr.inference.video_cache.version_key`); when the same videos are decoded again
                 (another noise condition of the audio), the video is neither read nor run through the
                 front-end, and where the edges found in the new audio differ, only the frames near the ends
                 are (:func:`avsr.inference.video_cache.video_features`). Keys must be unique and the mapping

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from avsr.decode.align import WordTiming
-from avsr.inference.video_cache import version_key
+from avsr.inference.video_cache import VersionKey, version_key
 
 __all__ = ["FPS", "SAMPLE_RATE", "ROI_SIZE", "MIN_FRAMES", "MAX_FRAME_DIFF", "MAX_EDGE_FRAMES", "PathLike",
            "InferenceError", "TranscribeItem", "MediaFileItem", "Transcript", "Media"]
@@ -136,8 +136,9 @@ class Media:
         num_frames: the length in 25 fps frames.
         info: facts for :attr:`Transcript.info`.
         offset: its first frame in the item (25 fps).
-        video_id: which frames it holds as read (default: the key; a segment: ``<key>#<start>-<stop>``, so
-            that segments cut at other bounds never share a video cache entry).
+        video_id: which frames it holds as read (default: the item's key; a segment: ``(key, start, stop)``,
+            its bounds in frames, so that segments cut at other bounds never share a video cache entry and no
+            segment shares one with an item, whatever the keys' characters).
         change: the change of its edges (:func:`avsr.features.edge_shift`, frames added (+) or removed (-)
             at the start and at the end) still to make (as loaded) or made (a unit to decode), or None.
     """
@@ -148,14 +149,14 @@ class Media:
     num_frames: int
     info: dict[str, Any]
     offset: int = 0
-    video_id: str = ""
+    video_id: str | tuple[str, int, int] = ""
     change: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         self.video_id = self.video_id or self.key
 
     @property
-    def cache_key(self) -> str:
+    def cache_key(self) -> VersionKey:
         """Its entry in the video cache: the frames it holds with the change of its edges
         (:func:`avsr.inference.video_cache.version_key`)."""
         return version_key(self.video_id, self.change)

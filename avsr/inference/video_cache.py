@@ -15,38 +15,33 @@ cached one and the front-end's output of short clips at its two ends (:func:`reu
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Hashable, MutableMapping, Sequence
 
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-__all__ = ["version_key", "stem_radius", "reuse_plan", "video_features"]
+__all__ = ["VersionKey", "version_key", "stem_radius", "reuse_plan", "video_features"]
 
 Change = tuple[int, int]
+VersionKey = tuple[Hashable, Change]
 
 
-def version_key(key: str, change: Change | None) -> str:
-    """The video cache's key of item ``key`` with its edges changed by ``change`` (``(start, end)`` frames
-    added (+) or removed (-); None: as read): ``key`` or ``key@start,end``."""
-    return key if change is None or change == (0, 0) else f"{key}@{change[0]},{change[1]}"
+def version_key(video_id: Hashable, change: Change | None) -> VersionKey:
+    """The video cache's key of the frames ``video_id`` names (:attr:`avsr.inference.types.Media.video_id`:
+    an item's key, or ``(key, start, stop)`` for a segment of it) with the item's edges changed by ``change``
+    (``(start, end)`` frames added (+) or removed (-); None: as read): ``(video_id, change)``. A tuple, so
+    that no key of one item can equal the key of another item's version or segment, whatever the keys'
+    characters."""
+    return video_id, (0, 0) if change is None else (int(change[0]), int(change[1]))
 
 
-def _cached_versions(cache: MutableMapping[str, torch.Tensor], keys: set[str]
-                     ) -> dict[str, list[tuple[Change, str]]]:
-    """For each item key of ``keys``: the ``(change, cache key)`` of its versions in ``cache``."""
-    found: dict[str, list[tuple[Change, str]]] = {}
+def _cached_versions(cache: MutableMapping[VersionKey, torch.Tensor], ids: set[Hashable]
+                     ) -> dict[Hashable, list[tuple[Change, VersionKey]]]:
+    """For each video id of ``ids``: the ``(change, cache key)`` of its versions in ``cache``."""
+    found: dict[Hashable, list[tuple[Change, VersionKey]]] = {}
     for k in cache:
-        if k in keys:
-            found.setdefault(k, []).append(((0, 0), k))
-            continue
-        base, _, rest = k.rpartition("@")
-        if base in keys:
-            start, _, end = rest.partition(",")
-            try:
-                change = (int(start), int(end))
-            except ValueError:
-                continue
-            found.setdefault(base, []).append((change, k))
+        if k[0] in ids:
+            found.setdefault(k[0], []).append((k[1], k))
     return found
 
 
@@ -94,9 +89,9 @@ def video_features(
     encode_video,
     video: torch.Tensor,
     lengths: Sequence[int],
-    keys: Sequence[str],
+    keys: Sequence[Hashable],
     changes: Sequence[Change | None],
-    cache: MutableMapping[str, torch.Tensor],
+    cache: MutableMapping[VersionKey, torch.Tensor],
     radius: int | None,
 ) -> list[torch.Tensor]:
     """The front-end's output of a batch of videos, each made from the cached version of the same video that
@@ -108,7 +103,7 @@ def video_features(
         video: ``(b, 1, T, H, W)`` float normalised frames of the ``b`` videos, zero-padded.
         lengths: ``b`` valid frame counts (after the change of the edges).
         keys: ``b`` identities of the frames as read (:attr:`avsr.inference.types.Media.video_id`: the item
-            key, or a segment's key with its bounds), without the change.  changes: ``b`` changes of the
+            key, or ``(key, start, stop)`` for a segment), without the change.  changes: ``b`` changes of the
             edges made (None: none).
         cache: the caller's video cache (:meth:`avsr.inference.Transcriber.transcribe_batch`): ``(D, T)``
             float32 CPU tensors under :func:`version_key`; each video's output is stored under its key.
@@ -121,9 +116,9 @@ def video_features(
     versions = _cached_versions(cache, set(keys)) if radius is not None else {}
     clips: list[tuple[int, int, int]] = []  # (video, first frame, stop frame) run through the front-end
     # per video: (first, stop, offset, cached key, start clip, end clip), or the clip of the whole video
-    plans: list[tuple[int, int, int, str, int | None, int | None] | int] = []
+    plans: list[tuple[int, int, int, VersionKey, int | None, int | None] | int] = []
     for i, (key, change, n) in enumerate(zip(keys, changes, lengths)):
-        plan, old_key = None, ""
+        plan, old_key = None, None
         for old_change, k in versions.get(key, []):  # the version that gives most of the frames
             p = reuse_plan(n - change[0] - change[1], old_change, change, radius)
             if p is not None and (plan is None or p[1] - p[0] > plan[1] - plan[0]):
