@@ -559,57 +559,6 @@ def time_mask(
     return feats.masked_fill(masked[:, None].to(feats.device), 0.0)
 
 
-def onset_click(
-    waveform: torch.Tensor,
-    level_db: float,
-    decay_ms: float,
-    offset: int = 0,
-    negative: bool = False,
-    threshold_db: float = EDGE_SILENCE_DB,
-) -> torch.Tensor:
-    """A click where the speech starts: an exponentially decaying step added to the waveform.
-
-    A waveform that starts mid-cycle (a synthesiser's first unit, a hard cut), a microphone's pop or a lip
-    smack puts a broadband transient just before the first sound of an utterance, which a model trained on
-    clean onsets can hear as a stop's burst (an ``L`` read as ``B`` or ``P``). Training with clicks is meant
-    to teach it that a transient alone is not a consonant. An avsr augmentation (not in AV-HuBERT).
-
-    The click starts ``offset`` samples into the first 40 ms frame that :func:`silent_edges` does not find
-    silent (sample 0 when the whole waveform counts as speech), with amplitude ``10 ** (level_db / 20)`` times
-    the waveform's largest absolute sample, decaying as ``exp(-t / tau)`` (``tau``: ``decay_ms`` ms), cut
-    after 8 time constants or at the end.
-
-    Args:
-        waveform: (N,) float 16 kHz samples.
-        level_db: the click's peak relative to the waveform's peak, in dB (<= 0 for a click below it).
-        decay_ms: its time constant in milliseconds (> 0).
-        offset: samples after the start of the first speech frame (>= 0; cut to the waveform).
-        negative: a downward step instead of an upward one.
-        threshold_db: the speech threshold of :func:`silent_edges`.
-
-    Returns:
-        (N,) a new tensor of the same dtype (``waveform`` itself when it is silent, all zeros).
-
-    Raises:
-        ValueError: ``waveform`` is not 1-D, ``decay_ms`` is not positive or ``offset`` is negative.
-    """
-    if waveform.dim() != 1:
-        raise ValueError(f"onset_click expects a (N,) waveform, got shape {tuple(waveform.shape)}")
-    if not decay_ms > 0 or offset < 0:
-        raise ValueError(f"onset_click needs decay_ms > 0 and offset >= 0, got {decay_ms}, {offset}")
-    peak = float(waveform.abs().max()) if waveform.numel() else 0.0
-    if peak == 0.0:
-        return waveform
-    start, _ = silent_edges(waveform, threshold_db)
-    at = min(waveform.numel() - 1, start * SAMPLES_PER_FRAME + offset)
-    tau = decay_ms * 16.0  # samples at 16 kHz
-    t = torch.arange(min(waveform.numel() - at, math.ceil(8 * tau)), dtype=torch.float32)
-    amp = peak * 10.0 ** (level_db / 20.0) * (-1.0 if negative else 1.0)
-    out = waveform.clone()
-    out[at : at + t.numel()] += (amp * torch.exp(-t / tau)).to(out.dtype)
-    return out
-
-
 def stack_frames(feats: torch.Tensor, stack_order: int = 4) -> torch.Tensor:
     """Stack ``stack_order`` consecutive frames into one, zero-padding the end (AV-HuBERT's ``stacker``).
 

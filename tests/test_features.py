@@ -19,7 +19,6 @@ from avsr.features import (
     mfcc_features,
     narrowband,
     normalize_video,
-    onset_click,
     own_silence,
     shift_edges,
     silent_edge_quartiles,
@@ -382,29 +381,3 @@ def test_mfcc_refuses_short_or_integer_input():
         mfcc_features(torch.zeros(399))
     with pytest.raises(ValueError, match="float"):
         mfcc_features(torch.zeros(1600, dtype=torch.int16))
-
-
-def test_onset_click_adds_a_decaying_step_where_the_speech_starts():
-    g = torch.Generator().manual_seed(0)
-    speech = torch.randn(6400, generator=g) * 0.2
-    wav = torch.cat([torch.zeros(3 * 640), speech, torch.zeros(640)])  # 3 silent frames, then speech
-    out = onset_click(wav, -20.0, 1.0, offset=100)
-    diff = out - wav
-    at = 3 * 640 + 100
-    assert torch.equal(diff[:at], torch.zeros(at))  # nothing before the click
-    peak = float(wav.abs().max())
-    assert float(diff[at]) == pytest.approx(peak * 0.1, rel=1e-5)  # -20 dB of the peak
-    assert float(diff[at + 16]) == pytest.approx(peak * 0.1 * math.exp(-1.0), rel=1e-4)  # tau = 1 ms
-    assert torch.count_nonzero(diff) == 8 * 16  # cut after 8 time constants
-    down = onset_click(wav, -20.0, 1.0, offset=100, negative=True) - wav
-    torch.testing.assert_close(down, -diff)
-    # a click near the end is cut there; a silent waveform is returned as it is
-    assert onset_click(speech, -6.0, 2.0, offset=6399).shape == speech.shape
-    silent = torch.zeros(1000)
-    assert onset_click(silent, -6.0, 1.0) is silent
-    for bad in ({"decay_ms": 0.0}, {"decay_ms": 1.0, "offset": -1}):
-        with pytest.raises(ValueError, match="onset_click"):
-            onset_click(wav, -6.0, **bad)
-    with pytest.raises(ValueError, match="onset_click"):
-        onset_click(wav[None], -6.0, 1.0)
-

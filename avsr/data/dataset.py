@@ -34,7 +34,6 @@ from avsr.features import (
     freq_mask,
     narrowband,
     normalize_video,
-    onset_click,
     shift_edges,
     silent_edges,
     speed_frame_index,
@@ -135,12 +134,6 @@ class AudioAugment:
         narrowband_audio_only: give the narrowband channel only to utterances of audio-only batches (batch
             modality ``audio``): the audio path learns to read band-limited speech while the fused model
             keeps learning from full-band audio when to trust it.
-        onset_click_prob: probability that a training utterance gets a click where its speech starts in
-            this epoch (:func:`avsr.features.onset_click`, before another utterance's audio and the noise, so
-            the ``keep_clean_audio`` view has it too): within the first 40 ms of the speech, upward or
-            downward, its peak ``onset_click_db`` below the waveform's peak, its time constant 0.2-2 ms,
-            all drawn uniformly from its own stream (seed, epoch, index).
-        onset_click_db: ``(low, high)``: the range of the click's level in dB relative to the waveform's peak.
 
     Raises (``check``):
         ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
@@ -161,8 +154,6 @@ class AudioAugment:
     edge_silence_prob: float = 1.0
     narrowband_prob: float = 0.0
     narrowband_audio_only: bool = False
-    onset_click_prob: float = 0.0
-    onset_click_db: tuple[float, float] = (-30.0, -10.0)
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -186,12 +177,6 @@ class AudioAugment:
             raise ValueError(f"edge_silence_prob must be in [0, 1], got {self.edge_silence_prob}")
         if not 0.0 <= self.narrowband_prob <= 1.0:
             raise ValueError(f"narrowband_prob must be in [0, 1], got {self.narrowband_prob}")
-        if not 0.0 <= self.onset_click_prob <= 1.0:
-            raise ValueError(f"onset_click_prob must be in [0, 1], got {self.onset_click_prob}")
-        lo, hi = self.onset_click_db
-        if not lo <= hi:
-            raise ValueError(f"onset_click_db must be [low, high] with low <= high, got "
-                             f"{list(self.onset_click_db)}")
         if self.edge_silence_frames is not None:
             lo, hi = self.edge_silence_frames
             if not (isinstance(lo, int) and isinstance(hi, int) and lo <= hi):
@@ -208,7 +193,7 @@ class AudioAugment:
         edges = (self.edge_silence_frames is not None and tuple(self.edge_silence_frames) != (0, 0)
                  and self.edge_silence_prob > 0)
         return (warp or speed or masks or time_masks or edges or self.av_mismatch_prob > 0
-                or self.narrowband_prob > 0 or self.onset_click_prob > 0)
+                or self.narrowband_prob > 0)
 
 
 @dataclass
@@ -481,8 +466,7 @@ class AVDataset(torch.utils.data.Dataset):
         ga: torch.Generator | None, aug: AudioAugment | None, index: int, epoch: int,
         batch_modality: str | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The audio features of an item: a click at the speech onset (:meth:`_onset_click`), another
-        utterance's audio and noise (:meth:`_heard_waveform`),
+        """The audio features of an item: another utterance's audio and noise (:meth:`_heard_waveform`),
         frequency warping (factor drawn from ``ga``), the narrowband channel (its own stream), features and
         masks (:meth:`_masks`).
 
@@ -496,9 +480,7 @@ class AVDataset(torch.utils.data.Dataset):
             noise or another utterance's audio (same warp, channel and masks) when ``keep_clean_audio`` asks
             for them and they differ, else None.
         """
-        clicked = self._onset_click(wav, aug, index, epoch)
-        unchanged = unchanged and clicked is wav
-        clean = wav = clicked  # the item's own waveform: only the features of the unchanged one are cached
+        clean = wav  # the item's own waveform: only its features are cached
         wav = self._heard_waveform(wav, g, aug, index, epoch, batch_modality)
         warp = 1.0
         if aug is not None and aug.freq_warp is not None:
@@ -522,20 +504,6 @@ class AVDataset(torch.utils.data.Dataset):
                 clean_feats = self._masks(clean_feats, aug, ga.set_state(state), index, epoch,
                                           batch_modality)
         return audio_feats, clean_feats
-
-    def _onset_click(self, wav: torch.Tensor, aug: AudioAugment | None, index: int, epoch: int
-                     ) -> torch.Tensor:
-        """``wav`` with a click at its speech onset when ``aug.onset_click_prob`` draws one (its own stream),
-        else the very same tensor."""
-        if aug is None or aug.onset_click_prob <= 0:
-            return wav
-        g = self._generator(index, epoch, "onset_click")
-        u = torch.rand(5, generator=g).tolist()
-        if u[0] >= aug.onset_click_prob:
-            return wav
-        lo, hi = aug.onset_click_db
-        return onset_click(wav, lo + (hi - lo) * u[1], 0.2 + 1.8 * u[2], int(u[3] * SAMPLES_PER_FRAME),
-                           negative=u[4] < 0.5)
 
     def _heard_waveform(self, wav: torch.Tensor, g: torch.Generator, aug: AudioAugment | None, index: int,
                         epoch: int, batch_modality: str | None) -> torch.Tensor:

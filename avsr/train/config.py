@@ -90,10 +90,6 @@ class TrainConfig(Config):
             :class:`avsr.data.dataset.AudioAugment`; 0: none.
         narrowband_audio_only: the narrowband channel for utterances of audio-only batches only; needs
             modality dropout drawn by the loader, as ``time_mask_av_only``.
-        onset_click_prob: share of the training utterances that get a click where their speech starts
-            (per utterance and epoch; 0: none), see :class:`avsr.data.dataset.AudioAugment`.
-        onset_click_db: ``[low, high]``: the click's level in dB relative to the waveform's peak, drawn
-            uniformly.
         speed_perturb: speed factors drawn uniformly per training utterance and epoch, applied to audio and
             video together (ESPnet's ``speed_perturb_factors``, e.g. ``[0.9, 1.0, 1.1]``; null: none).
         seed: seed of initialisation, data order and augmentation.
@@ -158,8 +154,6 @@ class TrainConfig(Config):
     edge_silence_prob: float = probability(1.0)
     narrowband_prob: float = probability(0.0)
     narrowband_audio_only: bool = False
-    onset_click_prob: float = probability(0.0)
-    onset_click_db: list[float] = option(factory=lambda: [-30.0, -10.0], finite=True, le=0)
     speed_perturb: list[float] | None = option(None, gt=0)
     seed: int = 0
     num_workers: int = option(0, ge=0)
@@ -177,7 +171,7 @@ class TrainConfig(Config):
 
     def check(self) -> None:
         """The ``[low, high]`` pairs. Raises :class:`avsr.config.ConfigError` naming the key."""
-        for key in ("freq_warp", "edge_silence_frames", "onset_click_db"):
+        for key in ("freq_warp", "edge_silence_frames"):
             value = getattr(self, key)
             if value is not None and (len(value) != 2 or value[0] > value[1]):
                 raise ConfigError(f"{key}: expected [low, high] with low <= high, got {value}")

@@ -141,8 +141,7 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
                        edge_silence_frames=pair(cfg.edge_silence_frames),
                        edge_silence_keep_length=cfg.edge_silence_keep_length,
                        edge_silence_prob=cfg.edge_silence_prob, narrowband_prob=cfg.narrowband_prob,
-                       narrowband_audio_only=cfg.narrowband_audio_only,
-                       onset_click_prob=cfg.onset_click_prob, onset_click_db=pair(cfg.onset_click_db))
+                       narrowband_audio_only=cfg.narrowband_audio_only)
     try:
         aug.check()
     except ValueError as e:
