@@ -401,8 +401,7 @@ def load_item(item: TranscribeItem, inputs: tuple[str, ...], work: Path, *,
     if num_frames < MIN_FRAMES:
         raise InferenceError(f"{key}: the input is {num_frames} frame(s) long ({num_frames / FPS:.2f} "
                              f"s); at least {MIN_FRAMES} frames at 25 fps are needed")
-    return Media(key, wav if need_audio else None, frames, num_frames, info,
-                 change=change)
+    return Media(key, wav if need_audio else None, frames, num_frames, info, change=change)
 
 
 def _check_lengths(item: TranscribeItem, wav: torch.Tensor, num_frames: int | None, same_file: bool) -> int:

@@ -36,12 +36,12 @@ def version_key(video_id: Hashable, change: Change | None) -> VersionKey:
 
 
 def _cached_versions(cache: MutableMapping[VersionKey, torch.Tensor], ids: set[Hashable]
-                     ) -> dict[Hashable, list[tuple[Change, VersionKey]]]:
-    """For each video id of ``ids``: the ``(change, cache key)`` of its versions in ``cache``."""
-    found: dict[Hashable, list[tuple[Change, VersionKey]]] = {}
-    for k in cache:
-        if k[0] in ids:
-            found.setdefault(k[0], []).append((k[1], k))
+                     ) -> dict[Hashable, list[Change]]:
+    """For each video id of ``ids``: the changes of its versions in ``cache``."""
+    found: dict[Hashable, list[Change]] = {}
+    for video_id, change in cache:
+        if video_id in ids:
+            found.setdefault(video_id, []).append(change)
     return found
 
 
@@ -119,10 +119,10 @@ def video_features(
     plans: list[tuple[int, int, int, VersionKey, int | None, int | None] | int] = []
     for i, (key, change, n) in enumerate(zip(keys, changes, lengths)):
         plan, old_key = None, None
-        for old_change, k in versions.get(key, []):  # the version that gives most of the frames
+        for old_change in versions.get(key, []):  # the version that gives most of the frames
             p = reuse_plan(n - change[0] - change[1], old_change, change, radius)
             if p is not None and (plan is None or p[1] - p[0] > plan[1] - plan[0]):
-                plan, old_key = p, k
+                plan, old_key = p, version_key(key, old_change)
         if plan is None:
             plans.append(len(clips))
             clips.append((i, 0, n))
