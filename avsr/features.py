@@ -559,6 +559,82 @@ def time_mask(
     return feats.masked_fill(masked[:, None].to(feats.device), 0.0)
 
 
+#: :func:`hard_onset`: the speech starts at the first 1 ms block whose RMS is at most this many dB below the
+#: loudest block's ...
+ONSET_THRESHOLD_DB = -30.0
+#: ... and at least this many dB above the quietest block's (a recording's noise floor).
+ONSET_FLOOR_MARGIN_DB = 15.0
+
+
+def speech_onset(waveform: torch.Tensor, threshold_db: float = ONSET_THRESHOLD_DB) -> int | None:
+    """The sample where the speech of an utterance starts, to the millisecond.
+
+    The waveform is cut into 1 ms blocks (16 samples at 16 kHz; a partial last block is left out); the onset
+    is the first sample of the first block whose RMS is at most ``-threshold_db`` dB below the loudest
+    block's and at least ``ONSET_FLOOR_MARGIN_DB`` (15 dB) above the quietest block's (so that room tone
+    or a channel's noise floor never counts as speech).
+
+    Args:
+        waveform: (N,) float 16 kHz samples.
+        threshold_db: negative, in dB relative to the loudest block.
+
+    Returns:
+        the onset's sample index in ``[0, N)``, or None when no block qualifies (silence, a constant floor,
+        fewer than 16 samples).
+
+    Raises:
+        ValueError: ``waveform`` is not 1-D or ``threshold_db`` is not negative.
+    """
+    if waveform.dim() != 1:
+        raise ValueError(f"speech_onset expects a (N,) waveform, got shape {tuple(waveform.shape)}")
+    if not threshold_db < 0:
+        raise ValueError(f"speech_onset threshold must be negative (dB below the loudest block), got "
+                         f"{threshold_db}")
+    n = waveform.numel() // 16
+    if n == 0:
+        return None
+    power = waveform[: n * 16].double().view(n, 16).pow(2).mean(1)
+    level = max(float(power.max()) * 10.0 ** (threshold_db / 10.0),
+                float(power.min()) * 10.0 ** (ONSET_FLOOR_MARGIN_DB / 10.0))
+    above = (power >= level) & (power > 0)
+    if not bool(above.any()):
+        return None
+    return int(above.to(torch.uint8).argmax()) * 16
+
+
+def hard_onset(waveform: torch.Tensor, cut_ms: float, threshold_db: float = ONSET_THRESHOLD_DB
+               ) -> torch.Tensor:
+    """The utterance with its speech starting abruptly: everything before ``cut_ms`` after the onset muted.
+
+    Some synthesisers (flite's ``rms``) and hard-cut recordings start an utterance at full amplitude out of
+    digital silence; a model that heard only gradual rises can take that step for a stop's burst (an ``L``
+    read as ``B`` or ``P``). Muting the samples from the start of the waveform to ``cut_ms`` after
+    :func:`speech_onset` (room tone included) makes the speech start within one sample at the level it has
+    there, so the model hears abrupt onsets of every kind of first sound with their own labels. An avsr
+    augmentation (not in AV-HuBERT).
+
+    Args:
+        waveform: (N,) float 16 kHz samples.
+        cut_ms: milliseconds of the speech's rise to mute after its onset (>= 0).
+        threshold_db: the onset threshold of :func:`speech_onset`.
+
+    Returns:
+        (N,) a new tensor of the same dtype, zero before the cut (``waveform`` itself when it has no onset).
+
+    Raises:
+        ValueError: ``waveform`` is not 1-D or ``cut_ms`` is negative.
+    """
+    if not cut_ms >= 0:
+        raise ValueError(f"hard_onset needs cut_ms >= 0, got {cut_ms}")
+    onset = speech_onset(waveform, threshold_db)
+    if onset is None:
+        return waveform
+    at = min(waveform.numel(), onset + round(cut_ms * 16.0))
+    out = waveform.clone()
+    out[:at] = 0
+    return out
+
+
 def stack_frames(feats: torch.Tensor, stack_order: int = 4) -> torch.Tensor:
     """Stack ``stack_order`` consecutive frames into one, zero-padding the end (AV-HuBERT's ``stacker``).
 

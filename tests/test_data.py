@@ -420,6 +420,41 @@ def test_time_masks_hide_audio_frames_of_audio_visual_items_only_and_reproducibl
         AVDataset(utts, tokenizer, audio_augment=AudioAugment(num_time_mask=-1))
 
 
+def test_hard_onset_prob_cuts_a_share_of_the_items_onsets_from_its_own_stream(tmp_path, tokenizer):
+    """hard_onset_prob: a drawn item's audio features change only around where its speech starts (its
+    first 30 ms are muted at most), the others' not at all; the draws are a function of (seed, epoch,
+    index) that leaves the other draws alone; evaluation items and the feature cache keep the own audio;
+    bad values are refused."""
+    rng = np.random.default_rng(0)
+    wav = np.concatenate([np.zeros(5 * 640), rng.standard_normal(15 * 640) * 0.1]).astype(np.float32)
+    write_wav(tmp_path / "s1_a.wav", wav)
+    write_video(tmp_path / "s1_a.mp4", rng.integers(0, 255, (20, 96, 96), dtype=np.uint8), fps=25)
+    utts = [Utterance("s1_a", "s1", str(tmp_path / "s1_a.wav"), str(tmp_path / "s1_a.mp4"), "BIN BLUE", 20)]
+    plain = AVDataset(utts * 20, tokenizer, train=True)
+    aug = AudioAugment(hard_onset_prob=0.5, hard_onset_ms=(5.0, 30.0))
+    ds = AVDataset(utts * 20, tokenizer, train=True, audio_augment=aug)
+    drawn = []
+    for i in range(20):
+        own, item = plain[(i, "audio")], ds[(i, "audio")]
+        changed = (item["audio"] != own["audio"]).any(dim=1).nonzero().flatten().tolist()
+        assert not changed or 4 <= min(changed) and max(changed) <= 7  # the cut lies in frame 5
+        drawn.append(bool(changed))
+    assert 4 <= sum(drawn) <= 16
+    for i, feats in ds._feat_cache.items():
+        assert torch.equal(feats, plain[i]["audio"])  # only the own features are cached
+    again = AVDataset(utts * 20, tokenizer, train=True, audio_augment=aug)
+    assert drawn == [not torch.equal(again[(i, "audio")]["audio"], plain[i]["audio"]) for i in range(20)]
+    again.set_epoch(1)
+    assert drawn != [not torch.equal(again[(i, "audio")]["audio"], plain[i]["audio"]) for i in range(20)]
+    evaluation = AVDataset(utts, tokenizer, audio_augment=AudioAugment(hard_onset_prob=1.0))
+    assert torch.equal(evaluation[0]["audio"], plain[0]["audio"])
+    for bad, key in (({"hard_onset_prob": 1.5}, "hard_onset_prob"), ({"hard_onset_ms": (30.0, 5.0)},
+                                                                      "hard_onset_ms"),
+                     ({"hard_onset_ms": (-5.0, 5.0)}, "hard_onset_ms")):
+        with pytest.raises(ValueError, match=key):
+            AVDataset(utts, tokenizer, audio_augment=AudioAugment(**bad))
+
+
 def test_narrowband_prob_band_limits_a_share_of_the_items_per_epoch_from_its_own_stream(tmp_path, tokenizer):
     """narrowband_prob: the audio features of a drawn item are those of its waveform through narrowband(),
     the others' are unchanged; the draw is a function of (seed, epoch, index) that leaves the other draws

@@ -14,6 +14,7 @@ from avsr.features import (
     edge_ranges,
     edge_shift,
     freq_mask,
+    hard_onset,
     logfbank,
     mel_filterbank,
     mfcc_features,
@@ -23,6 +24,7 @@ from avsr.features import (
     shift_edges,
     silent_edge_quartiles,
     silent_edges,
+    speech_onset,
     speed_perturb,
     stack_frames,
     time_mask,
@@ -381,3 +383,34 @@ def test_mfcc_refuses_short_or_integer_input():
         mfcc_features(torch.zeros(399))
     with pytest.raises(ValueError, match="float"):
         mfcc_features(torch.zeros(1600, dtype=torch.int16))
+
+
+def test_hard_onset_mutes_the_speech_rise_from_the_start_to_the_cut():
+    g = torch.Generator().manual_seed(0)
+    t = torch.arange(6400, dtype=torch.float32)
+    rise = torch.clamp(t / 800.0, max=1.0)  # a 50 ms linear rise, then full level
+    speech = 0.5 * rise * torch.sin(2 * math.pi * 200.0 * t / 16000.0)
+    floor = torch.randn(3 * 640, generator=g) * 1e-4  # room tone, about -70 dB below the speech
+    wav = torch.cat([floor, speech, floor[:640]])
+    onset = speech_onset(wav)
+    # the first 1 ms block within 30 dB of the loudest: early in the rise (8 ms of its 50), never in the floor
+    assert 3 * 640 <= onset <= 3 * 640 + 128 and onset % 16 == 0
+    out = hard_onset(wav, 10.0)
+    at = onset + 160
+    assert torch.equal(out[:at], torch.zeros(at))  # room tone and the first 10 ms of the rise muted
+    assert torch.equal(out[at:], wav[at:])  # the rest untouched
+    assert float(out[at : at + 16].abs().max()) > 0.05  # the speech now starts at a high level
+    assert torch.equal(hard_onset(wav, 0.0)[onset:], wav[onset:])
+    assert torch.equal(hard_onset(wav, 1e6), torch.zeros_like(wav))  # a cut past the end mutes it all
+    # no onset: silence, a constant floor, under 1 ms of samples -> the very same tensor
+    for none in (torch.zeros(1000), torch.full((1000,), 0.01), torch.ones(10)):
+        assert speech_onset(none) is None
+        assert hard_onset(none, 5.0) is none
+    with pytest.raises(ValueError, match="hard_onset"):
+        hard_onset(wav, -1.0)
+    with pytest.raises(ValueError, match="speech_onset"):
+        hard_onset(wav[None], 5.0)
+    with pytest.raises(ValueError, match="speech_onset"):
+        speech_onset(wav, 3.0)
+
+

@@ -32,6 +32,7 @@ from avsr.features import (
     crop_video,
     edge_index,
     freq_mask,
+    hard_onset,
     narrowband,
     normalize_video,
     shift_edges,
@@ -134,6 +135,11 @@ class AudioAugment:
         narrowband_audio_only: give the narrowband channel only to utterances of audio-only batches (batch
             modality ``audio``): the audio path learns to read band-limited speech while the fused model
             keeps learning from full-band audio when to trust it.
+        hard_onset_prob: probability that a training utterance's speech starts abruptly in this epoch
+            (:func:`avsr.features.hard_onset`, before another utterance's audio and the noise, so the
+            ``keep_clean_audio`` view has it too): the waveform muted up to a cut drawn uniformly from
+            ``hard_onset_ms`` after the speech's onset, from its own stream (seed, epoch, index).
+        hard_onset_ms: ``(low, high)``: the range of the cut, in milliseconds after the onset.
 
     Raises (``check``):
         ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
@@ -154,6 +160,8 @@ class AudioAugment:
     edge_silence_prob: float = 1.0
     narrowband_prob: float = 0.0
     narrowband_audio_only: bool = False
+    hard_onset_prob: float = 0.0
+    hard_onset_ms: tuple[float, float] = (5.0, 30.0)
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -177,6 +185,12 @@ class AudioAugment:
             raise ValueError(f"edge_silence_prob must be in [0, 1], got {self.edge_silence_prob}")
         if not 0.0 <= self.narrowband_prob <= 1.0:
             raise ValueError(f"narrowband_prob must be in [0, 1], got {self.narrowband_prob}")
+        if not 0.0 <= self.hard_onset_prob <= 1.0:
+            raise ValueError(f"hard_onset_prob must be in [0, 1], got {self.hard_onset_prob}")
+        lo, hi = self.hard_onset_ms
+        if not 0 <= lo <= hi:
+            raise ValueError(f"hard_onset_ms must be [low, high] with 0 <= low <= high, got "
+                             f"{list(self.hard_onset_ms)}")
         if self.edge_silence_frames is not None:
             lo, hi = self.edge_silence_frames
             if not (isinstance(lo, int) and isinstance(hi, int) and lo <= hi):
@@ -193,7 +207,7 @@ class AudioAugment:
         edges = (self.edge_silence_frames is not None and tuple(self.edge_silence_frames) != (0, 0)
                  and self.edge_silence_prob > 0)
         return (warp or speed or masks or time_masks or edges or self.av_mismatch_prob > 0
-                or self.narrowband_prob > 0)
+                or self.narrowband_prob > 0 or self.hard_onset_prob > 0)
 
 
 @dataclass
@@ -466,7 +480,8 @@ class AVDataset(torch.utils.data.Dataset):
         ga: torch.Generator | None, aug: AudioAugment | None, index: int, epoch: int,
         batch_modality: str | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The audio features of an item: another utterance's audio and noise (:meth:`_heard_waveform`),
+        """The audio features of an item: an abrupt speech onset (:meth:`_hard_onset`), another
+        utterance's audio and noise (:meth:`_heard_waveform`),
         frequency warping (factor drawn from ``ga``), the narrowband channel (its own stream), features and
         masks (:meth:`_masks`).
 
@@ -480,7 +495,9 @@ class AVDataset(torch.utils.data.Dataset):
             noise or another utterance's audio (same warp, channel and masks) when ``keep_clean_audio`` asks
             for them and they differ, else None.
         """
-        clean = wav  # the item's own waveform: only its features are cached
+        cut = self._hard_onset(wav, aug, index, epoch)
+        unchanged = unchanged and cut is wav
+        clean = wav = cut  # the item's own waveform: only the features of the unchanged one are cached
         wav = self._heard_waveform(wav, g, aug, index, epoch, batch_modality)
         warp = 1.0
         if aug is not None and aug.freq_warp is not None:
@@ -504,6 +521,19 @@ class AVDataset(torch.utils.data.Dataset):
                 clean_feats = self._masks(clean_feats, aug, ga.set_state(state), index, epoch,
                                           batch_modality)
         return audio_feats, clean_feats
+
+    def _hard_onset(self, wav: torch.Tensor, aug: AudioAugment | None, index: int, epoch: int
+                    ) -> torch.Tensor:
+        """``wav`` with an abrupt speech onset when ``aug.hard_onset_prob`` draws one (its own stream), else
+        the very same tensor."""
+        if aug is None or aug.hard_onset_prob <= 0:
+            return wav
+        g = self._generator(index, epoch, "hard_onset")
+        u = torch.rand(2, generator=g).tolist()
+        if u[0] >= aug.hard_onset_prob:
+            return wav
+        lo, hi = aug.hard_onset_ms
+        return hard_onset(wav, lo + (hi - lo) * u[1])
 
     def _heard_waveform(self, wav: torch.Tensor, g: torch.Generator, aug: AudioAugment | None, index: int,
                         epoch: int, batch_modality: str | None) -> torch.Tensor:

@@ -141,7 +141,8 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
                        edge_silence_frames=pair(cfg.edge_silence_frames),
                        edge_silence_keep_length=cfg.edge_silence_keep_length,
                        edge_silence_prob=cfg.edge_silence_prob, narrowband_prob=cfg.narrowband_prob,
-                       narrowband_audio_only=cfg.narrowband_audio_only)
+                       narrowband_audio_only=cfg.narrowband_audio_only,
+                       hard_onset_prob=cfg.hard_onset_prob, hard_onset_ms=pair(cfg.hard_onset_ms))
     try:
         aug.check()
     except ValueError as e:
