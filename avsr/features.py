@@ -622,7 +622,8 @@ def hard_onset(waveform: torch.Tensor, cut_ms: float, threshold_db: float = ONSE
         (N,) a new tensor of the same dtype, zero before the cut (``waveform`` itself when it has no onset).
 
     Raises:
-        ValueError: ``waveform`` is not 1-D or ``cut_ms`` is negative.
+        ValueError: ``waveform`` is not 1-D, ``cut_ms`` is negative or ``threshold_db`` is not negative (the
+            first and the last raised by :func:`speech_onset`, naming it).
     """
     if not cut_ms >= 0:
         raise ValueError(f"hard_onset needs cut_ms >= 0, got {cut_ms}")
