@@ -225,11 +225,18 @@ EDGE_FLOOR_MARGIN_DB = 10.0
 EDGE_RANGE_DB = 40.0
 
 
-def _frame_power(waveform: torch.Tensor) -> torch.Tensor:
-    """Mean square of each whole 40 ms frame (640 samples) of ``waveform`` (N,): ``(floor(N / 640),)``
-    float64; a partial last frame is left out."""
-    n = waveform.numel() // SAMPLES_PER_FRAME
-    return waveform[: n * SAMPLES_PER_FRAME].double().view(n, SAMPLES_PER_FRAME).pow(2).mean(1)
+def _frame_power(waveform: torch.Tensor, samples: int = SAMPLES_PER_FRAME) -> torch.Tensor:
+    """Mean square of each whole block of ``samples`` samples (default: a 40 ms frame, 640) of ``waveform``
+    (N,): ``(floor(N / samples),)`` float64; a partial last block is left out."""
+    n = waveform.numel() // samples
+    return waveform[: n * samples].double().view(n, samples).pow(2).mean(1)
+
+
+def _speech_level(power: torch.Tensor, threshold_db: float, floor_margin_db: float) -> float:
+    """The power above which a block of ``power`` (n,) >= 1 counts as speech: ``threshold_db`` (< 0) below
+    the loudest block's, and at least ``floor_margin_db`` above the quietest block's (the noise floor)."""
+    return max(float(power.max()) * 10.0 ** (threshold_db / 10.0),
+               float(power.min()) * 10.0 ** (floor_margin_db / 10.0))
 
 
 def silent_edges(waveform: torch.Tensor, threshold_db: float = EDGE_SILENCE_DB) -> tuple[int, int]:
@@ -270,12 +277,9 @@ def _silent_edges_of(power: torch.Tensor, threshold_db: float) -> tuple[int, int
     n = power.numel()
     if n == 0:
         return 0, 0
-    peak = float(power.max())
-    if peak <= 0.0:
+    if float(power.max()) <= 0.0:
         return 0, 0
-    floor = float(power.min()) * 10.0 ** (EDGE_FLOOR_MARGIN_DB / 10.0)
-    threshold = max(peak * 10.0 ** (threshold_db / 10.0), floor)
-    loud = (power > threshold).nonzero().flatten()
+    loud = (power > _speech_level(power, threshold_db, EDGE_FLOOR_MARGIN_DB)).nonzero().flatten()
     if loud.numel() == 0:  # less than 10 dB between the loudest and the quietest frame
         return 0, 0
     return int(loud[0]), n - 1 - int(loud[-1])
@@ -590,13 +594,10 @@ def speech_onset(waveform: torch.Tensor, threshold_db: float = ONSET_THRESHOLD_D
     if not threshold_db < 0:
         raise ValueError(f"speech_onset threshold must be negative (dB below the loudest block), got "
                          f"{threshold_db}")
-    n = waveform.numel() // 16
-    if n == 0:
+    power = _frame_power(waveform, 16)
+    if power.numel() == 0:
         return None
-    power = waveform[: n * 16].double().view(n, 16).pow(2).mean(1)
-    level = max(float(power.max()) * 10.0 ** (threshold_db / 10.0),
-                float(power.min()) * 10.0 ** (ONSET_FLOOR_MARGIN_DB / 10.0))
-    above = (power >= level) & (power > 0)
+    above = (power >= _speech_level(power, threshold_db, ONSET_FLOOR_MARGIN_DB)) & (power > 0)
     if not bool(above.any()):
         return None
     return int(above.to(torch.uint8).argmax()) * 16
