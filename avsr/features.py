@@ -70,6 +70,7 @@ def logfbank(
     nfft: int = 512,
     preemph: float = 0.97,
     warp: float = 1.0,
+    contrast: float = 1.0,
 ) -> torch.Tensor:
     """Log mel filterbank energies, numerically as python_speech_features' ``logfbank``.
 
@@ -82,6 +83,8 @@ def logfbank(
         preemph: pre-emphasis coefficient.
         warp: frequency-axis scale of the power spectrum before the filterbank (training augmentation,
             see :func:`warp_spectrum`); 1.0 (the default) leaves it untouched.
+        contrast: scale of the spectral envelope's contrast, after the warp (training augmentation, see
+            :func:`scale_envelope_contrast`); 1.0 (the default) leaves it untouched.
 
     Returns:
         float64 tensor (num_frames, num_filters) at 1 / winstep Hz, where
@@ -106,6 +109,8 @@ def logfbank(
     power = (spec.real.square() + spec.imag.square()) / nfft  # |X|^2 (4x faster than abs().pow(2), 1 ulp)
     if warp != 1.0:
         power = warp_spectrum(power, warp)
+    if contrast != 1.0:
+        power = scale_envelope_contrast(power, contrast)
     feats = power @ mel_filterbank(num_filters, nfft, sample_rate).T
     feats = torch.where(feats == 0, torch.full_like(feats, _EPS), feats)
     return feats.log()
@@ -137,6 +142,55 @@ def warp_spectrum(power: torch.Tensor, warp: float) -> torch.Tensor:
     hi = (lo + 1).clamp(max=k - 1)
     frac = src - lo
     return power[..., lo] * (1 - frac) + power[..., hi] * frac
+
+
+#: :func:`scale_envelope_contrast`: cepstral coefficients 1..N make the envelope (N / 16 kHz = 1.5 ms, below
+#: the 3.3 ms pitch period of a 300 Hz voice, so the harmonics stay out of it)
+ENVELOPE_LIFTER = 24
+
+
+def scale_envelope_contrast(power: torch.Tensor, contrast: float, lifter: int = ENVELOPE_LIFTER
+                            ) -> torch.Tensor:
+    """Sharpen (``contrast > 1``) or flatten (``< 1``) the spectral envelope of a power spectrum, per frame.
+
+    The log power spectrum of each frame is split by cepstral liftering into its envelope (real-cepstrum
+    coefficients 1..``lifter``: formant peaks and valleys, spectral tilt) and the rest (the frame's mean
+    log level, coefficient 0, and the fine structure: harmonics, noise). The envelope's deviation from the
+    frame's mean is multiplied by ``contrast``; level and fine structure are kept. Formant synthesisers,
+    diphone voices and vocoders differ from each other in exactly this (formant bandwidths, tilt), and a
+    model trained on a few of them reads the envelope's shape closely (recipes/synthgrid/avsr1/RESULTS.md,
+    "Vocoder resynthesis (WORLD)"); drawn per training utterance it teaches the model the envelope's shape
+    rather than its depth. An avsr training augmentation (``AudioAugment.envelope_contrast``), in the spirit
+    of the cepstral-smoothing envelope of vocoders (e.g. CheapTrick's liftering, Morise 2015); not in
+    AV-HuBERT.
+
+    Args:
+        power: ``(..., K)`` float power spectrum over K = nfft / 2 + 1 bins from 0 Hz to Nyquist (K >= 3).
+        contrast: positive factor (1.0 returns ``power`` itself).
+        lifter: the envelope's highest cepstral coefficient, 1 <= lifter < K - 1.
+
+    Returns:
+        ``(..., K)`` power spectrum of the input's dtype; bins of zero power stay zero.
+
+    Raises:
+        ValueError: ``contrast`` not positive, or ``lifter`` outside 1..K - 2.
+    """
+    if not contrast > 0:
+        raise ValueError(f"envelope contrast must be positive, got {contrast}")
+    k = power.shape[-1]
+    if not 1 <= lifter <= k - 2:
+        raise ValueError(f"envelope lifter must be in 1..{k - 2} for {k} bins, got {lifter}")
+    if contrast == 1.0:
+        return power
+    floor = torch.finfo(power.dtype).tiny
+    logp = power.clamp(min=floor).log()
+    ceps = torch.fft.irfft(logp, n=2 * (k - 1))  # real cepstrum of the (even) log spectrum
+    keep = torch.zeros_like(ceps)
+    keep[..., 1 : lifter + 1] = ceps[..., 1 : lifter + 1]
+    keep[..., -lifter:] = ceps[..., -lifter:]  # the symmetric half
+    deviation = torch.fft.rfft(keep).real  # the envelope's log deviation from the frame's mean
+    out = (logp + (contrast - 1.0) * deviation).exp()
+    return torch.where(power > 0, out, power)
 
 
 def speed_perturb(
@@ -661,6 +715,7 @@ def avhubert_audio_features(
     num_video_frames: int | None = None,
     normalize: bool = True,
     warp: float = 1.0,
+    contrast: float = 1.0,
 ) -> torch.Tensor:
     """AV-HuBERT's audio input: 26 log filterbanks at 100 Hz stacked 4 at a time to 104 dims at 25 Hz.
 
@@ -675,6 +730,8 @@ def avhubert_audio_features(
         num_video_frames: pad (with zeros) or trim the feature sequence to this many 25 Hz frames.
         normalize: apply the per-frame layer normalisation.
         warp: frequency warp of the power spectrum (training augmentation, :func:`warp_spectrum`).
+        contrast: envelope contrast of the power spectrum (training augmentation,
+            :func:`scale_envelope_contrast`).
 
     Returns:
         float32 tensor (T, 104) at 25 Hz.
@@ -687,7 +744,7 @@ def avhubert_audio_features(
     x = waveform.to(torch.float64)
     if waveform.is_floating_point():
         x = x * _INT16_SCALE
-    feats = stack_frames(logfbank(x, sample_rate, warp=warp), 4)
+    feats = stack_frames(logfbank(x, sample_rate, warp=warp, contrast=contrast), 4)
     if num_video_frames is not None:
         diff = feats.shape[0] - num_video_frames
         if diff < 0:

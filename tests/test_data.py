@@ -455,6 +455,43 @@ def test_hard_onset_prob_cuts_a_share_of_the_items_onsets_from_its_own_stream(tm
             AVDataset(utts, tokenizer, audio_augment=AudioAugment(**bad))
 
 
+def test_envelope_contrast_scales_a_share_of_the_items_envelopes_from_its_own_stream(tmp_path, tokenizer):
+    """envelope_contrast: a drawn item's audio features are those of its waveform with the envelope's
+    contrast scaled by a factor in the range, the others' are unchanged; the draws are a function of
+    (seed, epoch, index) that leaves the other draws alone; evaluation items and the feature cache keep the
+    own audio; bad values are refused."""
+    utts = [make_utt(tmp_path, "s1_a", 12), make_utt(tmp_path, "s2_b", 10)]
+    plain = AVDataset(utts * 10, tokenizer, train=True)
+    aug = AudioAugment(envelope_contrast=(0.6, 1.5), envelope_contrast_prob=0.5)
+    ds = AVDataset(utts * 10, tokenizer, train=True, audio_augment=aug)
+    drawn = []
+    for i in range(20):
+        u, own, item = utts[i % 2], plain[(i, "audio")], ds[(i, "audio")]
+        factor = ds._contrast(aug, i, 0)
+        assert factor == 1.0 or 0.6 <= factor <= 1.5
+        want = avhubert_audio_features(read_wav(u.wav), num_video_frames=u.num_frames, contrast=factor)
+        assert torch.equal(item["audio"], want)
+        assert (factor != 1.0) == (not torch.equal(item["audio"], own["audio"]))
+        drawn.append(factor != 1.0)
+    assert 4 <= sum(drawn) <= 16
+    for i, feats in ds._feat_cache.items():
+        assert torch.equal(feats, plain[i]["audio"])  # only the own, unscaled features are cached
+    again = AVDataset(utts * 10, tokenizer, train=True, audio_augment=aug)
+    assert drawn == [not torch.equal(again[(i, "audio")]["audio"], plain[i]["audio"]) for i in range(20)]
+    again.set_epoch(1)
+    assert drawn != [not torch.equal(again[(i, "audio")]["audio"], plain[i]["audio"]) for i in range(20)]
+    evaluation = AVDataset(utts, tokenizer, audio_augment=AudioAugment(envelope_contrast=(1.5, 1.5)))
+    assert torch.equal(evaluation[0]["audio"], AVDataset(utts, tokenizer)[0]["audio"])
+    assert not AudioAugment(envelope_contrast=(1.0, 1.0)).active
+    assert not AudioAugment(envelope_contrast=(0.5, 2.0), envelope_contrast_prob=0.0).active
+    for bad, key in (({"envelope_contrast": (1.5, 0.6)}, "envelope_contrast"),
+                     ({"envelope_contrast": (0.0, 1.0)}, "envelope_contrast"),
+                     ({"envelope_contrast": (0.8, 1.2), "envelope_contrast_prob": 1.5},
+                      "envelope_contrast_prob")):
+        with pytest.raises(ValueError, match=key):
+            AVDataset(utts, tokenizer, audio_augment=AudioAugment(**bad))
+
+
 def test_narrowband_prob_band_limits_a_share_of_the_items_per_epoch_from_its_own_stream(tmp_path, tokenizer):
     """narrowband_prob: the audio features of a drawn item are those of its waveform through narrowband(),
     the others' are unchanged; the draw is a function of (seed, epoch, index) that leaves the other draws

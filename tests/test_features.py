@@ -21,6 +21,7 @@ from avsr.features import (
     narrowband,
     normalize_video,
     own_silence,
+    scale_envelope_contrast,
     shift_edges,
     silent_edge_quartiles,
     silent_edges,
@@ -383,6 +384,45 @@ def test_mfcc_refuses_short_or_integer_input():
         mfcc_features(torch.zeros(399))
     with pytest.raises(ValueError, match="float"):
         mfcc_features(torch.zeros(1600, dtype=torch.int16))
+
+
+def test_scale_envelope_contrast_scales_the_formants_and_keeps_level_and_harmonics():
+    """A vowel-like spectrum (harmonics of 125 Hz under three formants): the envelope's log deviation from
+    the frame's mean is scaled by the factor (formant peak against valley), the harmonics stay where they
+    are, zero bins stay zero, 1.0 returns the input itself; bad arguments are refused."""
+    sr, n = 16000, 512
+    t = torch.arange(4000, dtype=torch.float64) / sr
+    x = torch.zeros_like(t)
+    for h in range(1, 64):
+        f = 125.0 * h
+        amp = sum(1 / (1 + ((f - fc) / bw) ** 2) for fc, bw in ((700, 80), (1200, 90), (2600, 120)))
+        x += amp * torch.sin(2 * math.pi * f * t)
+    frames = x.unfold(0, 400, 160) * torch.hann_window(400, dtype=torch.float64)
+    power = torch.fft.rfft(frames, n=n).abs().square() / n
+    peak, valley = 24, 60  # bins of the 6th harmonic (750 Hz, at F1) and the 15th (1875 Hz, F2-F3 valley)
+    depth = (power[:, peak] / power[:, valley]).log()
+    for factor in (0.6, 1.5):
+        out = scale_envelope_contrast(power, factor)
+        assert out.shape == power.shape and out.dtype == power.dtype
+        ratio = (out[:, peak] / out[:, valley]).log() / depth
+        # about the factor: the liftered envelope is a smoothed one
+        assert torch.allclose(ratio, torch.full_like(ratio, factor), atol=0.15)
+        # the harmonics stay the local maxima they were (fine structure kept)
+        harmonics = [round(125.0 * h * n / sr) for h in range(2, 20)]
+        assert (out[:, harmonics].log() - out[:, [k + 2 for k in harmonics]].log() > 0.5).all()
+        level = out.log().mean(-1) - power.log().mean(-1)
+        assert level.abs().max() < 0.05  # the frame's mean log level kept
+    assert scale_envelope_contrast(power, 1.0) is power
+    gaps = power.clone()
+    gaps[:, 100:110] = 0
+    assert (scale_envelope_contrast(gaps, 1.3)[:, 100:110] == 0).all()
+    feats = avhubert_audio_features(x.float(), contrast=1.3)
+    assert feats.shape == avhubert_audio_features(x.float()).shape
+    assert not torch.equal(feats, avhubert_audio_features(x.float()))
+    for bad in ({"contrast": 0.0}, {"contrast": -1.0}, {"contrast": 1.2, "lifter": 0},
+                {"contrast": 1.2, "lifter": 256}):
+        with pytest.raises(ValueError, match="envelope"):
+            scale_envelope_contrast(power, **bad)
 
 
 def test_hard_onset_mutes_the_speech_rise_from_the_start_to_the_cut():

@@ -165,17 +165,21 @@ def test_train_config_unknown_key_is_named(tmp_path):
 def test_audio_augment_settings_from_the_train_config(tmp_path):
     (tmp_path / "t.yaml").write_text(
         "freq_warp: [0.9, 1.1]\nnum_freq_mask: 2\nfreq_mask_width: 4\nspeed_perturb: [0.9, 1.0, 1.1]\n"
-        + ENCODER
+        "envelope_contrast: [0.7, 1.4]\nenvelope_contrast_prob: 0.5\n" + ENCODER
     )
     cfg = load_experiment_config(tmp_path / "t.yaml").train
     aug = build_audio_augment(cfg)
     assert aug.freq_warp == (0.9, 1.1) and (aug.num_freq_mask, aug.freq_mask_width) == (2, 4)
     assert aug.speed_factors == (0.9, 1.0, 1.1)
+    assert aug.envelope_contrast == (0.7, 1.4) and aug.envelope_contrast_prob == 0.5
     assert build_audio_augment(TrainConfig()) is None  # off by default
     assert build_audio_augment(TrainConfig(speed_perturb=[1.0])) is None  # only 1.0: nothing changes
     for bad, match in (("freq_warp: [0.9]", "freq_warp"), ("freq_warp: [1.1, 0.9]", "freq_warp"),
                        ("num_freq_mask: -1", "num_freq_mask"),
-                       ("speed_perturb: [0.9, -1.0]", "speed_perturb")):
+                       ("speed_perturb: [0.9, -1.0]", "speed_perturb"),
+                       ("envelope_contrast: [1.4, 0.7]", "envelope_contrast"),
+                       ("envelope_contrast: [0.0, 1.2]", "envelope_contrast"),
+                       ("envelope_contrast_prob: 2", "envelope_contrast_prob")):
         (tmp_path / "b.yaml").write_text(bad + "\n" + ENCODER)
         with pytest.raises(ConfigError, match=match):
             build_audio_augment(load_experiment_config(tmp_path / "b.yaml").train)

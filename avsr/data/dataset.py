@@ -140,6 +140,12 @@ class AudioAugment:
             ``keep_clean_audio`` view has it too): the waveform muted up to a cut drawn uniformly from
             ``hard_onset_ms`` after the speech's onset, from its own stream (seed, epoch, index).
         hard_onset_ms: ``(low, high)``: the range of the cut, in milliseconds after the onset.
+        envelope_contrast: ``(low, high)``: the contrast of the spectral envelope (formant peaks against
+            valleys, the spectral tilt) is scaled by a factor drawn uniformly from this range
+            (:func:`avsr.features.scale_envelope_contrast`, after ``freq_warp``), for a share
+            ``envelope_contrast_prob`` of the training utterances per epoch, from its own stream (seed,
+            epoch, index); the ``keep_clean_audio`` view gets the same factor. None: no change.
+        envelope_contrast_prob: that share.
 
     Raises (``check``):
         ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
@@ -162,6 +168,8 @@ class AudioAugment:
     narrowband_audio_only: bool = False
     hard_onset_prob: float = 0.0
     hard_onset_ms: tuple[float, float] = (5.0, 30.0)
+    envelope_contrast: tuple[float, float] | None = None
+    envelope_contrast_prob: float = 1.0
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
@@ -191,6 +199,13 @@ class AudioAugment:
         if not 0 <= lo <= hi:
             raise ValueError(f"hard_onset_ms must be [low, high] with 0 <= low <= high, got "
                              f"{list(self.hard_onset_ms)}")
+        if self.envelope_contrast is not None:
+            lo, hi = self.envelope_contrast
+            if not 0 < lo <= hi:
+                raise ValueError(f"envelope_contrast must be [low, high] with 0 < low <= high, got "
+                                 f"{list(self.envelope_contrast)}")
+        if not 0.0 <= self.envelope_contrast_prob <= 1.0:
+            raise ValueError(f"envelope_contrast_prob must be in [0, 1], got {self.envelope_contrast_prob}")
         if self.edge_silence_frames is not None:
             lo, hi = self.edge_silence_frames
             if not (isinstance(lo, int) and isinstance(hi, int) and lo <= hi):
@@ -206,7 +221,9 @@ class AudioAugment:
         time_masks = self.num_time_mask > 0 and self.time_mask_width > 0
         edges = (self.edge_silence_frames is not None and tuple(self.edge_silence_frames) != (0, 0)
                  and self.edge_silence_prob > 0)
-        return (warp or speed or masks or time_masks or edges or self.av_mismatch_prob > 0
+        contrast = (self.envelope_contrast is not None and tuple(self.envelope_contrast) != (1.0, 1.0)
+                    and self.envelope_contrast_prob > 0)
+        return (warp or speed or masks or time_masks or edges or contrast or self.av_mismatch_prob > 0
                 or self.narrowband_prob > 0 or self.hard_onset_prob > 0)
 
 
@@ -482,8 +499,8 @@ class AVDataset(torch.utils.data.Dataset):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The audio features of an item: an abrupt speech onset (:meth:`_hard_onset`), another
         utterance's audio and noise (:meth:`_heard_waveform`),
-        frequency warping (factor drawn from ``ga``), the narrowband channel (its own stream), features and
-        masks (:meth:`_masks`).
+        frequency warping (factor drawn from ``ga``), the envelope contrast (:meth:`_contrast`), the
+        narrowband channel (its own stream), features and masks (:meth:`_masks`).
 
         Args:
             wav: ``(N,)`` float32, the item's (perturbed) waveform.  num_frames: T.
@@ -507,13 +524,15 @@ class AVDataset(torch.utils.data.Dataset):
                   and (not aug.narrowband_audio_only or batch_modality == "audio")
                   and float(torch.rand((), generator=self._generator(index, epoch, "narrowband")))
                   < aug.narrowband_prob)
+        contrast = self._contrast(aug, index, epoch)
         heard = narrowband(wav) if narrow else wav
-        audio_feats = self._audio_features(index, heard, num_frames, warp, heard is clean and unchanged)
+        audio_feats = self._audio_features(index, heard, num_frames, warp, heard is clean and unchanged,
+                                           contrast)
         clean_feats = None
         if (self.keep_clean_audio and self.train and batch_modality == "audiovisual"
                 and wav is not clean):
             clean_feats = self._audio_features(index, narrowband(clean) if narrow else clean, num_frames,
-                                               warp, unchanged and not narrow)
+                                               warp, unchanged and not narrow, contrast)
         if aug is not None:
             state = ga.get_state()
             audio_feats = self._masks(audio_feats, aug, ga, index, epoch, batch_modality)
@@ -521,6 +540,17 @@ class AVDataset(torch.utils.data.Dataset):
                 clean_feats = self._masks(clean_feats, aug, ga.set_state(state), index, epoch,
                                           batch_modality)
         return audio_feats, clean_feats
+
+    def _contrast(self, aug: AudioAugment | None, index: int, epoch: int) -> float:
+        """The envelope contrast factor of an item in an epoch (``aug.envelope_contrast``, its own stream);
+        1.0 for none."""
+        if aug is None or aug.envelope_contrast is None or aug.envelope_contrast_prob <= 0:
+            return 1.0
+        u = torch.rand(2, generator=self._generator(index, epoch, "envelope_contrast")).tolist()
+        if u[0] >= aug.envelope_contrast_prob:
+            return 1.0
+        lo, hi = aug.envelope_contrast
+        return lo + (hi - lo) * u[1]
 
     def _hard_onset(self, wav: torch.Tensor, aug: AudioAugment | None, index: int, epoch: int
                     ) -> torch.Tensor:
@@ -553,13 +583,14 @@ class AVDataset(torch.utils.data.Dataset):
         return wav
 
     def _audio_features(self, index: int, wav: torch.Tensor, num_frames: int, warp: float,
-                        own_unperturbed: bool) -> torch.Tensor:
+                        own_unperturbed: bool, contrast: float = 1.0) -> torch.Tensor:
         """The (T, 104) features of ``wav``; those of the item's own unperturbed, unwarped waveform
-        (``own_unperturbed`` and ``warp == 1``) are the same in every epoch and kept in the cache."""
-        cacheable = own_unperturbed and warp == 1.0
+        (``own_unperturbed``, ``warp == 1`` and ``contrast == 1``) are the same in every epoch and kept in
+        the cache."""
+        cacheable = own_unperturbed and warp == 1.0 and contrast == 1.0
         feats = self._feat_cache.get(index) if cacheable else None
         if feats is None:
-            feats = avhubert_audio_features(wav, num_video_frames=num_frames, warp=warp)
+            feats = avhubert_audio_features(wav, num_video_frames=num_frames, warp=warp, contrast=contrast)
             if cacheable and self._cache_room(feats.numel() * feats.element_size()):
                 self._feat_cache[index] = feats
         return feats

@@ -94,6 +94,10 @@ class TrainConfig(Config):
             and epoch; 0: none), see :class:`avsr.data.dataset.AudioAugment`.
         hard_onset_ms: ``[low, high]``: milliseconds of the speech's rise muted after its onset, drawn
             uniformly.
+        envelope_contrast: ``[low, high]``: factor of the spectral envelope's contrast (formant peaks
+            against valleys, tilt), drawn uniformly per training utterance and epoch (null: none), see
+            :class:`avsr.data.dataset.AudioAugment`.
+        envelope_contrast_prob: share of the training utterances that get ``envelope_contrast``.
         speed_perturb: speed factors drawn uniformly per training utterance and epoch, applied to audio and
             video together (ESPnet's ``speed_perturb_factors``, e.g. ``[0.9, 1.0, 1.1]``; null: none).
         seed: seed of initialisation, data order and augmentation.
@@ -160,6 +164,8 @@ class TrainConfig(Config):
     narrowband_audio_only: bool = False
     hard_onset_prob: float = probability(0.0)
     hard_onset_ms: list[float] = option(factory=lambda: [5.0, 30.0], finite=True, ge=0)
+    envelope_contrast: list[float] | None = option(None, gt=0, finite=True)
+    envelope_contrast_prob: float = probability(1.0)
     speed_perturb: list[float] | None = option(None, gt=0)
     seed: int = 0
     num_workers: int = option(0, ge=0)
@@ -177,7 +183,7 @@ class TrainConfig(Config):
 
     def check(self) -> None:
         """The ``[low, high]`` pairs. Raises :class:`avsr.config.ConfigError` naming the key."""
-        for key in ("freq_warp", "edge_silence_frames", "hard_onset_ms"):
+        for key in ("freq_warp", "edge_silence_frames", "hard_onset_ms", "envelope_contrast"):
             value = getattr(self, key)
             if value is not None and (len(value) != 2 or value[0] > value[1]):
                 raise ConfigError(f"{key}: expected [low, high] with low <= high, got {value}")

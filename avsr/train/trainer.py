@@ -142,7 +142,9 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
                        edge_silence_keep_length=cfg.edge_silence_keep_length,
                        edge_silence_prob=cfg.edge_silence_prob, narrowband_prob=cfg.narrowband_prob,
                        narrowband_audio_only=cfg.narrowband_audio_only,
-                       hard_onset_prob=cfg.hard_onset_prob, hard_onset_ms=pair(cfg.hard_onset_ms))
+                       hard_onset_prob=cfg.hard_onset_prob, hard_onset_ms=pair(cfg.hard_onset_ms),
+                       envelope_contrast=pair(cfg.envelope_contrast),
+                       envelope_contrast_prob=cfg.envelope_contrast_prob)
     try:
         aug.check()
     except ValueError as e:
