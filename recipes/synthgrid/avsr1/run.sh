@@ -3,7 +3,7 @@
 # ROIs). Trains one audio-visual hybrid CTC/attention model from scratch and decodes the test sets (test:
 # festival voices of unseen speakers; test_edges: test with each end cut to the speech or 0.4-1.0 s longer;
 # test_unseen_voice, test_espeak_ng, test_flite: voices of each engine that no training utterance has) in
-# {audio, video, audiovisual} x {clean, babble at 10, 5, 0, -5 dB}. CPU-sized by default (about 50 minutes on
+# {audio, video, audiovisual} x {clean, babble at 10, 5, 0, -5 dB}. CPU-sized by default (about 46 minutes on
 # 2 cores of an AVX2-only AMD EPYC; docs/performance.md).
 #   ./run.sh                          # everything
 #   ./run.sh --stage 9 --stop_stage 9 # training only (resumes from exp/<tag>/checkpoint.pt)
