@@ -541,29 +541,36 @@ class AVDataset(torch.utils.data.Dataset):
                                           batch_modality)
         return audio_feats, clean_feats
 
+    def _drawn_value(self, index: int, epoch: int, stream: str, prob: float, bounds: tuple[float, float]
+                     ) -> float | None:
+        """A share ``prob`` of the items, in ``epoch``: a value drawn uniformly from ``bounds`` ``(low,
+        high)``, from the item's own stream ``stream`` (two uniform draws: whether, then where); None for
+        the other items."""
+        if prob <= 0:
+            return None
+        u = torch.rand(2, generator=self._generator(index, epoch, stream)).tolist()
+        if u[0] >= prob:
+            return None
+        lo, hi = bounds
+        return lo + (hi - lo) * u[1]
+
     def _contrast(self, aug: AudioAugment | None, index: int, epoch: int) -> float:
         """The envelope contrast factor of an item in an epoch (``aug.envelope_contrast``, its own stream);
         1.0 for none."""
-        if aug is None or aug.envelope_contrast is None or aug.envelope_contrast_prob <= 0:
+        if aug is None or aug.envelope_contrast is None:
             return 1.0
-        u = torch.rand(2, generator=self._generator(index, epoch, "envelope_contrast")).tolist()
-        if u[0] >= aug.envelope_contrast_prob:
-            return 1.0
-        lo, hi = aug.envelope_contrast
-        return lo + (hi - lo) * u[1]
+        factor = self._drawn_value(index, epoch, "envelope_contrast", aug.envelope_contrast_prob,
+                                   aug.envelope_contrast)
+        return 1.0 if factor is None else factor
 
     def _hard_onset(self, wav: torch.Tensor, aug: AudioAugment | None, index: int, epoch: int
                     ) -> torch.Tensor:
         """``wav`` with an abrupt speech onset when ``aug.hard_onset_prob`` draws one (its own stream), else
         the very same tensor."""
-        if aug is None or aug.hard_onset_prob <= 0:
+        if aug is None:
             return wav
-        g = self._generator(index, epoch, "hard_onset")
-        u = torch.rand(2, generator=g).tolist()
-        if u[0] >= aug.hard_onset_prob:
-            return wav
-        lo, hi = aug.hard_onset_ms
-        return hard_onset(wav, lo + (hi - lo) * u[1])
+        cut = self._drawn_value(index, epoch, "hard_onset", aug.hard_onset_prob, aug.hard_onset_ms)
+        return wav if cut is None else hard_onset(wav, cut)
 
     def _heard_waveform(self, wav: torch.Tensor, g: torch.Generator, aug: AudioAugment | None, index: int,
                         epoch: int, batch_modality: str | None) -> torch.Tensor:
