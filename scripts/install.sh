@@ -37,6 +37,17 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 py="${PYTHON:-python3}"
+# torch with its CUDA libraries makes .venv about 7 GB (pip unpacks it in a temporary directory first): a full
+# disk would otherwise end pip half way with "[Errno 28] No space left on device"
+need_gib=9
+if ! { [ -x .venv/bin/python ] && .venv/bin/python -c "import torch" 2>/dev/null; }; then
+  free_kib="$(df -Pk "$root" | awk 'NR == 2 { print $4 }')"
+  if [ -n "$free_kib" ] && [ "$free_kib" -lt $(( need_gib * 1024 * 1024 )) ]; then
+    echo "[install] $root: $(( free_kib / 1024 / 1024 )) GiB free, .venv needs about ${need_gib} GiB" \
+         "(torch with its CUDA libraries); free some space and run this again" >&2
+    exit 1
+  fi
+fi
 [ -x .venv/bin/python ] || "$py" -m venv .venv
 .venv/bin/python -m pip install -q -c constraints.txt -e ".${extras}"
 .venv/bin/python -c "import torch, torchaudio, av, sentencepiece; print('[install] torch', torch.__version__, '| torchaudio', torchaudio.__version__)"

@@ -5,6 +5,8 @@ The installed wheel itself is exercised by ``scripts/wheel_smoke.sh`` (part of t
 
 import configparser
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -248,3 +250,26 @@ def test_no_two_modules_import_each_other():
                 seen.add(node)
                 stack.extend(graph.get(node, ()))
     assert not in_cycle, f"modules in an import cycle: {sorted(in_cycle)}"
+
+
+def test_install_refuses_a_full_disk_in_one_line_before_making_the_venv(tmp_path):
+    """scripts/install.sh stops with one line naming the free space when .venv (torch: ~7 GB) cannot fit."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO / "scripts" / "install.sh", tmp_path / "scripts" / "install.sh")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    # every Debian package installed; the repository's filesystem with 2 GiB free
+    (fake / "dpkg-query").write_text("#!/bin/sh\nprintf 'install ok installed'\n")
+    (fake / "df").write_text(
+        "#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\n"
+        "echo '/dev/x 100000000 97902848 2097152 98% /'\n")
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}:{os.environ['PATH']}"}
+    r = subprocess.run(["bash", str(tmp_path / "scripts" / "install.sh")], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "2 GiB free" in lines[0] and "about 9 GiB" in lines[0], r.stderr
+    assert str(tmp_path) in lines[0]
+    assert not (tmp_path / ".venv").exists()
