@@ -318,6 +318,7 @@ def test_auto_precision_follows_the_cpu(monkeypatch, caplog):
 
     for native, expected in ((True, "bf16"), (False, "fp32")):
         monkeypatch.setattr(prec, "native_bf16", lambda device, n=native: (n, f"test CPU native={n}"))
+        monkeypatch.setattr(prec, "auto_bf16_blocked", lambda device: None)
         monkeypatch.setattr(prec, "_logged", set())
         caplog.clear()
         with caplog.at_level("INFO", logger="avsr.nn.precision"):
@@ -503,3 +504,23 @@ def test_flush_denormal_reaches_the_intra_op_threads_when_set_first(when):
         assert 0 < zeros < total
     assert float(torch.tensor([1e-39]) * 1.0) != 0.0  # this process: IEEE subnormals (conftest)
 
+
+
+def test_auto_keeps_fp32_on_amd_cpus_with_native_bf16(monkeypatch, caplog):
+    """auto_bf16_blocked: an AMD CPU with native bf16 gets fp32 from auto (bf16 training aborted with heap
+    corruption on one), with the reason in the log line; an Intel one gets bf16; explicit bf16 stays bf16."""
+    import avsr.nn.precision as prec
+
+    monkeypatch.setattr(prec, "native_bf16", lambda device: (True, "test CPU has AVX-512 BF16"))
+    for model, expected in (("AMD EPYC", "fp32"), ("AMD EPYC 9R14 96-Core Processor", "fp32"),
+                            ("Intel(R) Xeon(R) Processor", "bf16")):
+        monkeypatch.setattr(prec, "_cpu_model", lambda m=model: m)
+        monkeypatch.setattr(prec, "_logged", set())
+        caplog.clear()
+        with caplog.at_level("INFO", logger="avsr.nn.precision"):
+            assert resolve_precision("auto", "cpu", "video_precision") == expected
+            assert resolve_precision("bf16", "cpu", "video_precision") == "bf16"
+        line = caplog.records[0].getMessage()
+        assert line.startswith(f"video_precision auto -> {expected} on cpu: test CPU has AVX-512 BF16")
+        assert ("heap corruption" in line) == (expected == "fp32")
+    assert prec.auto_bf16_blocked("cuda") is None

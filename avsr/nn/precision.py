@@ -167,6 +167,27 @@ def machine_summary(device: str | torch.device = "cpu") -> str:
 _logged: set[tuple] = set()
 
 
+def auto_bf16_blocked(device: str | torch.device = "cpu") -> str | None:
+    """Why ``auto`` keeps float32 on a device that computes bfloat16 natively, or None where nothing stops it.
+
+    On an AMD EPYC with AVX-512 BF16 (Zen 4; torch 2.14.1, 2 intra-op threads) the SynthGRID recipe's
+    training with the video front-end in bfloat16 aborted in its first epoch with glibc's "corrupted size vs.
+    prev_size" (reproduced twice at step 91-95; with the front-end in float32 it ran on; with one thread
+    bfloat16 ran 18 epochs in 8 runs). Until that is understood, ``auto`` chooses bfloat16 on AMD CPUs no
+    more; an explicit ``bf16`` still runs. bfloat16 had been measured faster on Intel Xeons only.
+
+    Args:
+        device: the device the model runs on.
+
+    Returns:
+        A short reason (for the log line of :func:`resolve_precision`), or None.
+    """
+    if _device_type(device) == "cpu" and "AMD" in _cpu_model().upper().split():
+        return (f"{_cpu_model()} is an AMD CPU, where bfloat16 training of the video front-end aborted with "
+                "heap corruption (2 threads); float32 until understood")
+    return None
+
+
 def resolve_precision(precision: str, device: str | torch.device, what: str = "precision") -> str:
     """``precision`` made concrete for ``device``: ``fp32`` or ``bf16``.
 
@@ -191,7 +212,10 @@ def resolve_precision(precision: str, device: str | torch.device, what: str = "p
         return "fp32"
     native, reason = native_bf16(device)
     if precision == "auto":
-        chosen = "bf16" if native else "fp32"
+        blocked = auto_bf16_blocked(device) if native else None
+        if blocked is not None:
+            reason = f"{reason}, but {blocked}"
+        chosen = "bf16" if native and blocked is None else "fp32"
         key = ("auto", what, _device_type(device), chosen)
         if key not in _logged:
             _logged.add(key)
