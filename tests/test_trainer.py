@@ -14,7 +14,7 @@ from avsr.data.media import read_wav, write_wav
 from avsr.data.noise import NoiseSource
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.models.asr import AVSRModel
-from avsr.nn.precision import native_bf16
+from avsr.nn.precision import native_bf16, resolve_precision
 from avsr.train.checkpoint import average_state_dicts, epoch_checkpoints, load_checkpoint, save_atomic
 from avsr.train.config import load_experiment_config
 from avsr.train.trainer import (
@@ -100,8 +100,8 @@ def test_resume_takes_the_learning_rate_of_the_config_and_checkpoints_record_the
     assert ckpt["data_stats"] == {"max_frames": max(u.num_frames for u in utts), "num_utts": len(utts),
                                   "narrowband_prob": 0.0}
     # the precision as set and as resolved on this machine, with the reason
-    native, reason = native_bf16("cpu")
-    resolved = "bf16" if native and first.cfg.precision == "auto" else "fp32"
+    reason = native_bf16("cpu")[1]
+    resolved = resolve_precision(first.cfg.precision, "cpu")
     cfg = first.cfg
     assert ckpt["precision"] == {"precision": cfg.precision, "video_precision": cfg.video_precision,
                                  "resolved": resolved, "resolved_video": first.video_precision or resolved,
@@ -333,7 +333,7 @@ def test_trainer_flushes_subnormals_only_when_configured(setup, tmp_path):
 def test_trainer_sets_the_video_precision_of_the_encoder(setup, tmp_path):
     tok, utts = setup
     # default auto: resolved for this CPU; null: as the rest of the model (None on the encoder)
-    auto = "bf16" if native_bf16("cpu")[0] else "fp32"
+    auto = resolve_precision("auto", "cpu")  # bf16 where native and not blocked (AMD CPUs), else fp32
     assert make_trainer(tok, utts, tmp_path / "a", 1).model.encoder.video_precision == auto
     as_rest = make_trainer(tok, utts, tmp_path / "n", 1, video_precision=None)
     assert as_rest.model.encoder.video_precision is None
