@@ -505,7 +505,6 @@ def test_flush_denormal_reaches_the_intra_op_threads_when_set_first(when):
     assert float(torch.tensor([1e-39]) * 1.0) != 0.0  # this process: IEEE subnormals (conftest)
 
 
-
 def test_auto_keeps_fp32_on_amd_cpus_with_native_bf16(monkeypatch, caplog):
     """auto_bf16_blocked: an AMD CPU with native bf16 gets fp32 from auto (bf16 training aborted with heap
     corruption on one), with the reason in the log line; an Intel one gets bf16; explicit bf16 stays bf16."""

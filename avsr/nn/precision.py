@@ -182,10 +182,13 @@ def auto_bf16_blocked(device: str | torch.device = "cpu") -> str | None:
     Returns:
         A short reason (for the log line of :func:`resolve_precision`), or None.
     """
-    if _device_type(device) == "cpu" and "AMD" in _cpu_model().upper().split():
-        return (f"{_cpu_model()} is an AMD CPU, where bfloat16 training of the video front-end aborted with "
-                "heap corruption (2 threads); float32 until understood")
-    return None
+    if _device_type(device) != "cpu":
+        return None
+    model = _cpu_model()
+    if "AMD" not in model.upper().split():
+        return None
+    return (f"{model} is an AMD CPU, where bfloat16 training of the video front-end aborted with heap "
+            "corruption (2 threads); float32 until understood")
 
 
 def resolve_precision(precision: str, device: str | torch.device, what: str = "precision") -> str:
