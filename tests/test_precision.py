@@ -219,6 +219,37 @@ def test_fused_batch_norm_act_in_bf16_and_where_it_does_not_apply():
         batch_norm_act(torch.randn(1, 8, 1, 1).contiguous(memory_format=torch.channels_last), norm, act)
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_downsample_conv_of_channels_last_input_never_runs_the_strided_1x1_kernel(monkeypatch, precision):
+    # PyTorch 2.14's CPU kernel for a strided 1x1 convolution on channels-last input corrupts the heap with
+    # 2 threads (float32 and bfloat16; it aborts the process, so it is not run here): the block must read
+    # the picked pixels with a stride-1 convolution instead, under a bf16 autocast too, with the same values
+    import torch.nn.functional as F
+
+    from avsr.nn import resnet
+
+    block = resnet.BasicBlock(8, 16, stride=2).train()
+    x = torch.randn(6, 8, 22, 22).contiguous(memory_format=torch.channels_last)
+    with autocast_context("cpu", precision):
+        want = block.downsample[0](x.contiguous())  # NCHW: the module's own strided kernel, which is safe
+    strides, conv2d = [], F.conv2d
+
+    def recording_conv2d(inp, weight, bias=None, stride=1, *args):
+        channels_last = inp.is_contiguous(memory_format=torch.channels_last)
+        strides.append((tuple(weight.shape[-2:]), stride, channels_last))
+        return conv2d(inp, weight, bias, stride, *args)
+
+    monkeypatch.setattr(resnet.F, "conv2d", recording_conv2d)
+    with autocast_context("cpu", precision):
+        got = block._downsample_conv(x)
+        block(x).sum().backward()
+    assert strides[0] == ((1, 1), 1, True)
+    assert all(stride in (1, (1, 1)) for kernel, stride, _ in strides if kernel == (1, 1))
+    assert got.dtype == want.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
+    tolerance = 1e-6 if precision == "fp32" else 1e-2
+    assert got.shape == (6, 16, 11, 11) and rel(got.float(), want.float()) < tolerance
+
+
 def test_keep_freed_memory_sets_glibc_malloc_options():
     # whether the page faults go away depends on the process's address space; the benchmark measures that
     import platform
@@ -318,7 +349,6 @@ def test_auto_precision_follows_the_cpu(monkeypatch, caplog):
 
     for native, expected in ((True, "bf16"), (False, "fp32")):
         monkeypatch.setattr(prec, "native_bf16", lambda device, n=native: (n, f"test CPU native={n}"))
-        monkeypatch.setattr(prec, "auto_bf16_blocked", lambda device: None)
         monkeypatch.setattr(prec, "_logged", set())
         caplog.clear()
         with caplog.at_level("INFO", logger="avsr.nn.precision"):
@@ -503,23 +533,3 @@ def test_flush_denormal_reaches_the_intra_op_threads_when_set_first(when):
     elif torch.get_num_threads() > 1 or zeros != total:  # a 1-core machine runs every chunk on one thread
         assert 0 < zeros < total
     assert float(torch.tensor([1e-39]) * 1.0) != 0.0  # this process: IEEE subnormals (conftest)
-
-
-def test_auto_keeps_fp32_on_amd_cpus_with_native_bf16(monkeypatch, caplog):
-    """auto_bf16_blocked: an AMD CPU with native bf16 gets fp32 from auto (bf16 training aborted with heap
-    corruption on one), with the reason in the log line; an Intel one gets bf16; explicit bf16 stays bf16."""
-    import avsr.nn.precision as prec
-
-    monkeypatch.setattr(prec, "native_bf16", lambda device: (True, "test CPU has AVX-512 BF16"))
-    for model, expected in (("AMD EPYC", "fp32"), ("AMD EPYC 9R14 96-Core Processor", "fp32"),
-                            ("Intel(R) Xeon(R) Processor", "bf16")):
-        monkeypatch.setattr(prec, "_cpu_model", lambda m=model: m)
-        monkeypatch.setattr(prec, "_logged", set())
-        caplog.clear()
-        with caplog.at_level("INFO", logger="avsr.nn.precision"):
-            assert resolve_precision("auto", "cpu", "video_precision") == expected
-            assert resolve_precision("bf16", "cpu", "video_precision") == "bf16"
-        line = caplog.records[0].getMessage()
-        assert line.startswith(f"video_precision auto -> {expected} on cpu: test CPU has AVX-512 BF16")
-        assert ("heap corruption" in line) == (expected == "fp32")
-    assert prec.auto_bf16_blocked("cuda") is None

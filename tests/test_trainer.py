@@ -333,7 +333,7 @@ def test_trainer_flushes_subnormals_only_when_configured(setup, tmp_path):
 def test_trainer_sets_the_video_precision_of_the_encoder(setup, tmp_path):
     tok, utts = setup
     # default auto: resolved for this CPU; null: as the rest of the model (None on the encoder)
-    auto = resolve_precision("auto", "cpu")  # bf16 where native and not blocked (AMD CPUs), else fp32
+    auto = resolve_precision("auto", "cpu")  # bf16 where native, else fp32
     assert make_trainer(tok, utts, tmp_path / "a", 1).model.encoder.video_precision == auto
     as_rest = make_trainer(tok, utts, tmp_path / "n", 1, video_precision=None)
     assert as_rest.model.encoder.video_precision is None

@@ -3,8 +3,8 @@
 One setting, ``precision``, used alike by the trainer (``precision:`` and ``video_precision:`` in a training
 YAML), the decoding tools and the Transcriber:
 
-* ``auto``: ``bf16`` where the device computes bfloat16 natively, ``fp32`` elsewhere and on AMD CPUs
-  (:func:`resolve_precision`, :func:`native_bf16`, :func:`auto_bf16_blocked`). bfloat16 without hardware
+* ``auto``: ``bf16`` where the device computes bfloat16 natively, ``fp32`` elsewhere
+  (:func:`resolve_precision`, :func:`native_bf16`). bfloat16 without hardware
   support is emulated and slower than float32: on a 2-core AMD EPYC with AVX2 only, the forward + backward
   pass of the SynthGRID recipe's video front-end took 10.7 s in bf16 against 2.0 s in fp32.
 * ``fp32``: every operation in float32 -- the computation of the original AV-HuBERT code.
@@ -32,7 +32,7 @@ import platform
 
 import torch
 
-__all__ = ["PRECISIONS", "check_precision", "native_bf16", "auto_bf16_blocked", "resolve_precision",
+__all__ = ["PRECISIONS", "check_precision", "native_bf16", "resolve_precision",
            "machine_summary", "autocast_context", "fp32_context", "autocast_dtype", "flush_denormal"]
 
 logger = logging.getLogger(__name__)
@@ -167,30 +167,6 @@ def machine_summary(device: str | torch.device = "cpu") -> str:
 _logged: set[tuple] = set()
 
 
-def auto_bf16_blocked(device: str | torch.device = "cpu") -> str | None:
-    """Why ``auto`` keeps float32 on a device that computes bfloat16 natively, or None where nothing stops it.
-
-    On an AMD EPYC with AVX-512 BF16 (Zen 4; torch 2.14.1, 2 intra-op threads) the SynthGRID recipe's
-    training with the video front-end in bfloat16 aborted in its first epoch with glibc's "corrupted size vs.
-    prev_size" (reproduced twice at step 91-95; with the front-end in float32 it ran on; with one thread
-    bfloat16 ran 18 epochs in 8 runs). Until that is understood, ``auto`` chooses bfloat16 on AMD CPUs no
-    more; an explicit ``bf16`` still runs. bfloat16 had been measured faster on Intel Xeons only.
-
-    Args:
-        device: the device the model runs on.
-
-    Returns:
-        A short reason (for the log line of :func:`resolve_precision`), or None.
-    """
-    if _device_type(device) != "cpu":
-        return None
-    model = _cpu_model()
-    if "AMD" not in model.upper().split():
-        return None
-    return (f"{model} is an AMD CPU, where bfloat16 training of the video front-end aborted with heap "
-            "corruption (2 threads); float32 until understood")
-
-
 def resolve_precision(precision: str, device: str | torch.device, what: str = "precision") -> str:
     """``precision`` made concrete for ``device``: ``fp32`` or ``bf16``.
 
@@ -215,10 +191,7 @@ def resolve_precision(precision: str, device: str | torch.device, what: str = "p
         return "fp32"
     native, reason = native_bf16(device)
     if precision == "auto":
-        blocked = auto_bf16_blocked(device) if native else None
-        if blocked is not None:
-            reason = f"{reason}, but {blocked}"
-        chosen = "bf16" if native and blocked is None else "fp32"
+        chosen = "bf16" if native else "fp32"
         key = ("auto", what, _device_type(device), chosen)
         if key not in _logged:
             _logged.add(key)

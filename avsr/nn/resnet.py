@@ -241,14 +241,16 @@ class BasicBlock(nn.Module):
         return batch_norm_act(self.conv2(out), self.bn2, self.relu2, residual)
 
     def _downsample_conv(self, x: torch.Tensor) -> torch.Tensor:
-        """``downsample[0](x)``. On a channels-last float32 CPU tensor the 1x1 stride-s convolution runs as a
-        1x1 convolution of the pixels it reads, ``x[:, :, ::s, ::s]`` (the same values): PyTorch 2.14's
-        CPU kernel for the strided 1x1 convolution in that layout and dtype corrupts the heap on some batch
-        sizes (glibc aborts with "corrupted double-linked list"; bfloat16 and NCHW are not affected)."""
+        """``downsample[0](x)``. On a channels-last CPU tensor the 1x1 stride-s convolution runs as a 1x1
+        convolution of the pixels it reads, ``x[:, :, ::s, ::s]`` (the same values), in float32 and in
+        bfloat16 (also under an autocast): PyTorch 2.14's CPU kernel for the strided 1x1 convolution in that
+        layout corrupts the heap with 2 or more threads on some shapes (glibc aborts with "corrupted size vs.
+        prev_size" or "corrupted double-linked list", or a segmentation fault; e.g. 8 -> 16 channels on 22x22
+        maps, stride 2, batches of 150-600, 2 threads of an AMD EPYC with AVX-512 BF16, in both dtypes; one
+        thread and NCHW ran clean). CUDA and the NCHW layout call the module itself."""
         conv = self.downsample[0]
         s = conv.stride
-        if (x.device.type != "cpu" or x.dtype != torch.float32 or s == (1, 1) or conv.kernel_size != (1, 1)
-                or conv.padding != (0, 0) or torch.is_autocast_enabled("cpu")
+        if (x.device.type != "cpu" or s == (1, 1) or conv.kernel_size != (1, 1) or conv.padding != (0, 0)
                 or not x.is_contiguous(memory_format=torch.channels_last)):
             return conv(x)
         picked = x[:, :, ::s[0], ::s[1]].contiguous(memory_format=torch.channels_last)

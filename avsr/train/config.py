@@ -110,9 +110,9 @@ class TrainConfig(Config):
             device (see :mod:`avsr.nn.precision`; CTC, log-softmax statistics, pretraining logits and the
             momentum label memory stay float32, as do parameters, gradients and optimizer state). ``auto``:
             ``bf16`` where the device computes bfloat16 natively (Intel CPUs with AVX-512 BF16 or AMX, CUDA
-            GPUs from Ampere on), ``fp32`` elsewhere and on AMD CPUs
-            (:func:`avsr.nn.precision.resolve_precision`, :func:`avsr.nn.precision.auto_bf16_blocked`; logged
-            once with the reason, and the choice is recorded in every checkpoint under ``"precision"``). An
+            GPUs from Ampere on; AMD CPUs with AVX-512 BF16 too), ``fp32`` elsewhere
+            (:func:`avsr.nn.precision.resolve_precision`; logged once with the reason, and the choice is
+            recorded in every checkpoint under ``"precision"``). An
             explicit ``bf16`` without native support runs emulated, with a warning. null: the older
             ``use_amp`` rule (``bf16`` on CUDA when ``use_amp``, else ``fp32``).
         video_precision: ``auto`` (default), ``fp32`` or ``bf16``: the precision of the video front-end's
