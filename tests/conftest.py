@@ -1,5 +1,7 @@
 """Shared pytest fixtures, and the ``cuda`` marker's skip."""
 
+import logging
+
 import pytest
 import torch
 
@@ -43,3 +45,26 @@ def ieee_subnormals():
     torch.set_flush_denormal(False)
     yield
     torch.set_flush_denormal(False)
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored():
+    """The root logger's handlers and level as they were before each test.
+
+    Command-line tools run in-process (``main([...])``) call :func:`logging.basicConfig`, which hangs a
+    handler on the stderr pytest captures for that test (and, in ``avsr.bin.train``, a file handler on the
+    experiment's log). Left there, they write later tests' log records to a closed stream ("Logging error
+    ... I/O operation on closed file") and keep the file open. Handlers a test added are closed and removed;
+    pytest's own capture handlers are kept.
+    """
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in before and type(handler).__module__ != "_pytest.logging":
+            root.removeHandler(handler)
+            handler.close()
+    for handler in before:
+        if handler not in root.handlers and type(handler).__module__ != "_pytest.logging":
+            root.addHandler(handler)
+    root.setLevel(level)
