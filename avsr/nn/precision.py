@@ -4,9 +4,9 @@ One setting, ``precision``, used alike by the trainer (``precision:`` and ``vide
 YAML), the decoding tools and the Transcriber:
 
 * ``auto``: ``bf16`` where the device computes bfloat16 natively, ``fp32`` elsewhere
-  (:func:`resolve_precision`, :func:`native_bf16`). bfloat16 without hardware
-  support is emulated and slower than float32: on a 2-core AMD EPYC with AVX2 only, the forward + backward
-  pass of the SynthGRID recipe's video front-end took 10.7 s in bf16 against 2.0 s in fp32.
+  (:func:`resolve_precision`, :func:`native_bf16`). bfloat16 without hardware support is emulated and
+  slower than float32: on a 2-core AMD EPYC with AVX2 only, the forward + backward pass of the SynthGRID
+  recipe's video front-end took 10.7 s in bf16 against 2.0 s in fp32.
 * ``fp32``: every operation in float32 -- the computation of the original AV-HuBERT code.
 * ``bf16``: :func:`torch.autocast` with ``dtype=torch.bfloat16`` on the device of the model (CPU or CUDA).
   Matrix products and convolutions run in bfloat16 (8-bit mantissa, float32's exponent range, so no loss
@@ -32,8 +32,8 @@ import platform
 
 import torch
 
-__all__ = ["PRECISIONS", "check_precision", "native_bf16", "resolve_precision",
-           "machine_summary", "autocast_context", "fp32_context", "autocast_dtype", "flush_denormal"]
+__all__ = ["PRECISIONS", "check_precision", "native_bf16", "resolve_precision", "machine_summary",
+           "autocast_context", "fp32_context", "autocast_dtype", "flush_denormal"]
 
 logger = logging.getLogger(__name__)
 

@@ -109,10 +109,9 @@ class TrainConfig(Config):
         precision: ``auto`` (default), ``fp32`` or ``bf16``: bfloat16 autocast of the forward pass on any
             device (see :mod:`avsr.nn.precision`; CTC, log-softmax statistics, pretraining logits and the
             momentum label memory stay float32, as do parameters, gradients and optimizer state). ``auto``:
-            ``bf16`` where the device computes bfloat16 natively (Intel CPUs with AVX-512 BF16 or AMX, CUDA
-            GPUs from Ampere on; AMD CPUs with AVX-512 BF16 too), ``fp32`` elsewhere
-            (:func:`avsr.nn.precision.resolve_precision`; logged once with the reason, and the choice is
-            recorded in every checkpoint under ``"precision"``). An
+            ``bf16`` where the device computes bfloat16 natively (CPUs with AVX-512 BF16 or AMX, CUDA GPUs
+            from Ampere on), ``fp32`` elsewhere (:func:`avsr.nn.precision.resolve_precision`; logged once
+            with the reason, and the choice is recorded in every checkpoint under ``"precision"``). An
             explicit ``bf16`` without native support runs emulated, with a warning. null: the older
             ``use_amp`` rule (``bf16`` on CUDA when ``use_amp``, else ``fp32``).
         video_precision: ``auto`` (default), ``fp32`` or ``bf16``: the precision of the video front-end's
