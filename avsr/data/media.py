@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -30,14 +32,28 @@ __all__ = [
     "write_wav",
     "pcm16_round_trip",
     "read_video",
+    "PLAUSIBLE_FPS",
+    "ASSUMED_FPS",
+    "VideoFrames",
+    "read_video_frames",
+    "video_timing",
     "write_video",
     "video_fps",
     "VideoCheck",
     "check_video",
     "read_audio_track",
+    "read_audio_aligned",
     "read_video_rgb",
     "write_av_video",
 ]
+
+logger = logging.getLogger("avsr.media")
+
+#: the frame rates (frames per second) that a video's timestamps, or its stream's nominal rate, may show;
+#: outside this range they are taken as broken (a re-encoder that wrote every frame at about the same time).
+PLAUSIBLE_FPS = (10.0, 120.0)
+#: the frame rate assumed for a video whose timestamps and nominal rate are both implausible.
+ASSUMED_FPS = 25.0
 
 
 class MediaError(ValueError):
@@ -168,27 +184,198 @@ def _video_stream(path: Path) -> Iterator[tuple[av.container.InputContainer, av.
 
 
 def read_video(path: str | os.PathLike) -> torch.Tensor:
-    """Decode all frames of the first video stream of a file as grayscale (the luma plane).
+    """Decode all frames of the first video stream of a file as grayscale (the luma plane): every frame the
+    decoder gives, in decode order, upright (:func:`read_video_frames` on rotation), not resampled.
+
+    This is how training and feature extraction read the 25 fps mouth ROIs of a data dir; inference reads a
+    video with :func:`read_video_frames`, which also resamples it to 25 fps by its timestamps (frame for frame
+    the same frames for a 25 fps file).
 
     Args:
         path: a video file PyAV/FFmpeg can decode (normally a 96x96 H.264 mp4 at 25 fps).
 
     Returns:
-        ``torch.uint8`` tensor ``(T, H, W)``.
+        ``torch.uint8`` tensor ``(T, H, W)`` (``(T, W, H)`` for a stream rotated by a quarter turn).
 
     Raises:
         MediaError: the file is missing, cannot be decoded (corrupt), has no video stream or no frame.
     """
-    path = Path(path)
+    return torch.from_numpy(np.stack(_decode(Path(path), _gray).images))
+
+
+@dataclass
+class _Decoded:
+    """What :func:`_decode` read: the converted frames (upright; empty without conversion), each frame's
+    presentation time in seconds (None where it has none), the stream's nominal rates (average, guessed from
+    the codec, base; 0.0 where not stated) and the rotation applied in degrees counter-clockwise."""
+
+    images: list[np.ndarray]
+    times: list[float | None]
+    rates: tuple[float, float, float]
+    rotation: int
+
+
+def _quarter_turns(frame: av.VideoFrame) -> int:
+    """Counter-clockwise quarter turns (0-3) that show a decoded frame upright: its display matrix' rotation
+    (PyAV's ``VideoFrame.rotation``, degrees counter-clockwise, as FFmpeg's ``autorotate``) rounded to a
+    multiple of 90 degrees; 0 without one."""
+    try:
+        degrees = float(frame.rotation or 0.0)
+    except Exception:  # a malformed display matrix
+        return 0
+    return int(round(degrees / 90.0)) % 4
+
+
+def _decode(path: Path, convert: Callable[[av.VideoFrame], np.ndarray] | None) -> _Decoded:
+    """Decode every frame of the first video stream of ``path`` in decode order, each converted by
+    ``convert`` (None: not converted) and turned upright. Raises MediaError (no frame: names the file)."""
     with _video_stream(path) as (container, stream):
         if stream.codec_context.width * stream.codec_context.height <= _SMALL_FRAME_PIXELS:
             # ROI-sized frames decode 2-3x faster on the calling thread than with FFmpeg's frame threads
             stream.thread_type = "NONE"
             stream.codec_context.thread_count = 1
-        frames = [_gray(frame) for frame in container.decode(stream)]
-    if not frames:
+        rates = tuple(float(r) if r else 0.0 for r in (stream.average_rate, stream.guessed_rate,
+                                                       stream.base_rate))
+        images, times, turns = [], [], 0
+        for frame in container.decode(stream):
+            if not times:
+                turns = _quarter_turns(frame)
+            times.append(frame.time)
+            if convert is not None:
+                images.append(convert(frame))
+    if not times:
         raise MediaError(f"video file {path} has no decodable frame")
-    return torch.from_numpy(np.stack(frames))
+    if turns:
+        images = [np.rot90(image, turns) for image in images]
+    return _Decoded(images, times, rates, 90 * turns)
+
+
+def _plausible(rate: float) -> bool:
+    return PLAUSIBLE_FPS[0] <= rate <= PLAUSIBLE_FPS[1]
+
+
+def _timing(times: list[float | None], rates: tuple[float, float, float]
+            ) -> tuple[np.ndarray, float, float, str | None]:
+    """The presentation times to resample by.
+
+    Args:
+        times: each decoded frame's time in seconds (None: none), in decode order.
+        rates: the stream's nominal rates (average, guessed, base; 0.0: not stated), frames/s.
+
+    Returns:
+        ``(times, source_fps, last_duration, ignored)``: float64 ``(N,)`` seconds from the first frame, the
+        source's frame rate, how long the last frame is shown (s), and why the timestamps were ignored (None:
+        they were used). Timestamps are used when every frame has one, they increase strictly and their
+        average rate is within :data:`PLAUSIBLE_FPS`; otherwise frame ``i`` is put at ``i / rate``, the rate
+        being the first plausible nominal rate, else :data:`ASSUMED_FPS`.
+    """
+    count, ignored = len(times), None
+    nominal = next((r for r in rates if _plausible(r)), None)
+    if any(t is None for t in times):
+        ignored = "frames without timestamp"
+    elif count > 1:
+        t = np.asarray(times, dtype=np.float64)
+        t -= t[0]
+        steps = np.diff(t)
+        if np.any(steps <= 0):
+            ignored = "timestamps that do not increase"
+        elif not _plausible((count - 1) / t[-1]):
+            ignored = f"timestamps giving {(count - 1) / t[-1]:.4g} fps"
+        else:
+            source = rates[0] if _plausible(rates[0]) else (count - 1) / t[-1]
+            last = steps[-1] if _plausible(1.0 / steps[-1]) else 1.0 / source
+            return t, source, float(last), None
+    rate = nominal or ASSUMED_FPS
+    return np.arange(count, dtype=np.float64) / rate, rate, 1.0 / rate, ignored
+
+
+@dataclass(frozen=True)
+class VideoFrames:
+    """A video read at a frame rate (:func:`read_video_frames`, :func:`video_timing`).
+
+    Attributes:
+        frames: ``torch.uint8`` ``(T, H, W)`` gray or ``(T, H, W, 3)`` RGB frames at the rate asked for,
+            upright; None from :func:`video_timing`.
+        num_frames: ``T``.
+        source_fps: the source's frame rate in frames/s: the stream's average rate (or its timestamps'
+            average rate) when its timestamps were used, else the rate assumed.
+        start_s: the presentation time of its first frame in the container, in seconds (0.0 when it has none):
+            what its audio is aligned to (:func:`read_audio_aligned`).
+        notes: facts for a transcript's ``info``: ``video_timestamps_ignored`` (why) with
+            ``video_assumed_fps`` (the rate the frames were taken at), ``video_resampled_from_fps`` (a source
+            rate other than the one asked for), ``video_rotated_deg`` (the rotation applied, degrees
+            counter-clockwise); empty for a plain 25 fps file.
+    """
+
+    frames: torch.Tensor | None
+    num_frames: int
+    source_fps: float
+    start_s: float
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def _resampled(path: Path, fps: float, convert: Callable[[av.VideoFrame], np.ndarray] | None,
+               warn: bool) -> VideoFrames:
+    decoded = _decode(path, convert)
+    times, source, last, ignored = _timing(decoded.times, decoded.rates)
+    keep = _nearest_frames(times, fps, times[-1] + last)
+    notes: dict[str, Any] = {}
+    if ignored is not None:
+        notes.update(video_timestamps_ignored=ignored, video_assumed_fps=source)
+        if warn:
+            logger.warning("%s: video timestamps ignored (%s): its %d frames taken at %g fps", path, ignored,
+                           len(times), source)
+    if abs(source - fps) > 0.01:
+        notes["video_resampled_from_fps"] = round(source, 3)
+    if decoded.rotation:
+        notes["video_rotated_deg"] = decoded.rotation
+    frames = None
+    if convert is not None:
+        images = decoded.images
+        frames = torch.from_numpy(np.stack(images if np.array_equal(keep, np.arange(len(images)))
+                                           else [images[i] for i in keep]))
+    start = float(decoded.times[0]) if decoded.times[0] is not None else 0.0
+    return VideoFrames(frames, len(keep), float(source), start, notes)
+
+
+def read_video_frames(path: str | os.PathLike, fps: float = 25.0, gray: bool = True) -> VideoFrames:
+    """Decode the first video stream of a file at ``fps``, upright: how inference reads every video.
+
+    Every frame the decoder gives is read, in decode order. The container's timestamps are used when
+    plausible (every frame has one, they increase, their average rate is within :data:`PLAUSIBLE_FPS`);
+    otherwise the frames are taken at the stream's nominal rate if plausible, else at :data:`ASSUMED_FPS`
+    (25 fps), and one warning naming the file is logged (``notes["video_timestamps_ignored"]``). Output frame
+    ``k`` is then the source frame shown at ``k / fps`` (nearest presentation time, as FFmpeg's ``fps``
+    filter; :func:`_nearest_frames`) and the output has ``round(duration * fps)`` frames, the duration being
+    the last frame's time plus its display time: 24, 29.97, 30, 50 or 60 fps and variable-rate recordings
+    become ``fps`` of the same duration, a file at ``fps`` is kept frame for frame. A rotation in the
+    stream's display matrix (a phone's portrait video) is applied in quarter turns, as FFmpeg's
+    ``autorotate`` (mirroring is not). Grayscale sources and odd frame sizes are read as any other.
+
+    Args:
+        path: a video file PyAV/FFmpeg can decode.
+        fps: output frame rate in frames per second.
+        gray: ``(T, H, W)`` gray frames (the luma plane in full range, as :func:`read_video`); False:
+            ``(T, H, W, 3)`` RGB.
+
+    Returns:
+        The :class:`VideoFrames` (``frames`` ``torch.uint8``).
+
+    Raises:
+        MediaError: the file is missing, cannot be decoded, has no video stream or no frame.
+    """
+    convert = _gray if gray else (lambda frame: frame.to_ndarray(format="rgb24"))
+    return _resampled(Path(path), fps, convert, warn=True)
+
+
+def video_timing(path: str | os.PathLike, fps: float = 25.0) -> VideoFrames:
+    """What :func:`read_video_frames` finds, without converting the frames (``frames`` None) and without
+    logging: the number of frames at ``fps``, the source's rate, the first frame's time and the notes.
+
+    Raises:
+        MediaError: the file is missing, cannot be decoded, has no video stream or no frame.
+    """
+    return _resampled(Path(path), fps, None, warn=False)
 
 
 @dataclass(frozen=True)
@@ -313,15 +500,22 @@ def read_audio_track(path: str | os.PathLike, sample_rate: int = 16000) -> torch
     Raises:
         MediaError: the file is missing, cannot be decoded, has no audio stream or no audio sample.
     """
-    path = Path(path)
+    return torch.from_numpy(_decode_audio(Path(path), sample_rate)[0])
+
+
+def _decode_audio(path: Path, sample_rate: int) -> tuple[np.ndarray, float | None]:
+    """:func:`read_audio_track`'s float32 ``(N,)`` samples and the presentation time of the first decoded
+    audio frame in seconds (None: it has none). Raises MediaError."""
     _check_exists(path, "media")
-    chunks = []
+    chunks, start = [], None
     try:
         with av.open(str(path)) as container:
             if not container.streams.audio:
                 raise MediaError(f"media file {path} has no audio stream")
             resampler = av.AudioResampler(format="fltp", rate=sample_rate)  # planar, input channels kept
-            for frame in container.decode(audio=0):
+            for index, frame in enumerate(container.decode(audio=0)):
+                if index == 0:
+                    start = frame.time
                 frame.pts = None  # let the resampler count samples (some containers have gaps in pts)
                 chunks += [f.to_ndarray().mean(axis=0) for f in resampler.resample(frame)]
             chunks += [f.to_ndarray().mean(axis=0) for f in resampler.resample(None)]
@@ -332,7 +526,47 @@ def read_audio_track(path: str | os.PathLike, sample_rate: int = 16000) -> torch
     wav = np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, dtype=np.float32)
     if wav.size == 0:
         raise MediaError(f"media file {path} has no decodable audio sample")
-    return torch.from_numpy(wav)
+    return wav, start
+
+
+def read_audio_aligned(path: str | os.PathLike, video_start_s: float, sample_rate: int = 16000
+                       ) -> tuple[torch.Tensor, float]:
+    """The first audio stream of a video file (:func:`read_audio_track`) aligned to its video: sample ``n``
+    is heard at ``video_start_s + n / sample_rate``, so that frame ``t`` of the video read at 25 fps
+    (:func:`read_video_frames`, whose ``start_s`` is ``video_start_s``) goes with samples from
+    ``t * sample_rate / 25`` (640 at 16 kHz).
+
+    Audio that starts after the video gets zeros in front; audio that starts before it loses its first
+    samples. The start of each stream is the presentation time of its first decoded frame (FFmpeg has already
+    removed an AAC encoder's delay); audio without a timestamp is taken to start with the video.
+
+    Args:
+        path: the video file.
+        video_start_s: the presentation time of the video's first frame in seconds
+            (:attr:`VideoFrames.start_s`).
+        sample_rate: output sampling rate in Hz.
+
+    Returns:
+        ``(wav, offset_s)``: ``torch.float32`` ``(N,)`` mono samples and the audio's start minus the video's
+        in seconds (> 0: zeros put in front, < 0: samples dropped; 0.0 when less than one sample).
+
+    Raises:
+        MediaError: the file is missing, cannot be decoded, has no audio stream or no audio sample, or its
+            audio ends before its video starts.
+    """
+    path = Path(path)
+    wav, start = _decode_audio(path, sample_rate)
+    offset = (start - video_start_s) if start is not None else 0.0
+    shift = int(round(offset * sample_rate))
+    if shift == 0:
+        return torch.from_numpy(wav), 0.0
+    if shift > 0:
+        wav = np.concatenate([np.zeros(shift, dtype=np.float32), wav])
+    elif -shift >= wav.size:
+        raise MediaError(f"the audio of {path} ends before its video starts ({offset:.3f} s before it)")
+    else:
+        wav = wav[-shift:]
+    return torch.from_numpy(np.ascontiguousarray(wav)), float(offset)
 
 
 def _nearest_frames(times: np.ndarray, fps: float, duration: float) -> np.ndarray:
@@ -356,50 +590,23 @@ def _nearest_frames(times: np.ndarray, fps: float, duration: float) -> np.ndarra
 
 
 def read_video_rgb(path: str | os.PathLike, fps: float = 25.0) -> tuple[torch.Tensor, float]:
-    """Decode the first video stream of a file as RGB frames resampled to ``fps`` by timestamp.
-
-    Output frame ``k`` is the source frame whose presentation time is nearest to ``k / fps`` (times counted
-    from the first frame), as FFmpeg's ``fps`` filter does; the output has ``round(duration * fps)``
-    frames, the duration being the source's (last frame time + one source frame). So a 30 fps or a
-    29.97 fps recording becomes 25 fps of the same duration (some frames dropped), a 25 fps one is kept
-    frame for frame. Frames without a timestamp are placed at ``index / average_rate``.
+    """Decode the first video stream of a file as RGB frames resampled to ``fps`` by timestamp:
+    :func:`read_video_frames` with ``gray=False`` (see there: plausible timestamps, nearest-frame
+    resampling, rotation).
 
     Args:
         path: a video file PyAV/FFmpeg can decode (LRS3 / VoxCeleb2 mp4, ...).
         fps: output frame rate in frames per second.
 
     Returns:
-        ``(frames, source_fps)``: ``torch.uint8`` ``(T, H, W, 3)`` RGB and the stream's average frame rate.
+        ``(frames, source_fps)``: ``torch.uint8`` ``(T, H, W, 3)`` RGB and the source's frame rate
+        (:attr:`VideoFrames.source_fps`).
 
     Raises:
         MediaError: the file is missing, cannot be decoded, has no video stream or no frame.
     """
-    path = Path(path)
-    _check_exists(path, "video")
-    frames, times = [], []
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise MediaError(f"video file {path} has no video stream")
-            stream = container.streams.video[0]
-            rate = float(stream.average_rate or stream.guessed_rate or fps)
-            for index, frame in enumerate(container.decode(video=0)):
-                times.append(frame.time if frame.time is not None else index / rate)
-                frames.append(frame.to_ndarray(format="rgb24"))
-    except MediaError:
-        raise
-    except Exception as exc:  # av.error.FFmpegError and friends
-        raise MediaError(f"cannot read video file {path}: {exc}") from exc
-    if not frames:
-        raise MediaError(f"video file {path} has no decodable frame")
-    order = np.argsort(np.asarray(times), kind="stable")  # presentation order (decoders give it already)
-    times = np.asarray(times, dtype=np.float64)[order]
-    times -= times[0]
-    frame_duration = float(np.median(np.diff(times))) if len(times) > 1 else 1.0 / rate
-    if frame_duration <= 0:
-        frame_duration = 1.0 / rate
-    keep = _nearest_frames(times, fps, times[-1] + frame_duration)
-    return torch.from_numpy(np.stack([frames[order[i]] for i in keep])), rate
+    video = read_video_frames(path, fps, gray=False)
+    return video.frames, video.source_fps
 
 
 def write_av_video(

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from avsr.data.media import MediaError, read_audio_track, read_video_rgb, write_video, write_wav
+from avsr.data.media import MediaError, read_audio_aligned, read_video_frames, write_video, write_wav
 
 __all__ = [
     "RoiError",
@@ -595,7 +595,7 @@ def extract_mouth_roi(
     """The mouth ROI of a face video, as AV-HuBERT's ``align_mouth.py`` (see the module docstring).
 
     Args:
-        frames_rgb: uint8 ``(T, H, W, 3)`` RGB frames, normally at 25 fps (:func:`media.read_video_rgb`).
+        frames_rgb: uint8 ``(T, H, W, 3)`` RGB frames, normally at 25 fps (:func:`media.read_video_frames`).
         landmarks: iBUG-68 landmarks of the frames, float ``(T, 68, 2)`` (x, y) pixels with NaN rows, or a
             list of ``(68, 2)`` arrays / ``None`` (frames without a face), as :func:`load_landmarks` reads
             them; if longer than the video an error, if shorter only its first frames are cut (as the
@@ -667,10 +667,11 @@ def preprocess_video(
 ) -> dict:
     """Preprocess one raw face video into the corpus format: ROI mp4 (96x96 gray, 25 fps) + 16 kHz mono wav.
 
-    The video is resampled to ``fps`` (:func:`media.read_video_rgb`), the ROI written with
-    :func:`media.write_video`; the audio track is downmixed and resampled (:func:`media.read_audio_track`),
-    zero-padded or cut to exactly ``sample_rate / fps`` samples per video frame (640, as the SynthGRID corpus
-    and the data dirs assume) and written with :func:`media.write_wav`. The wav is written before the mp4
+    The video is resampled to ``fps`` (:func:`media.read_video_frames`: its timestamps where plausible,
+    its rotation applied), the ROI written with :func:`media.write_video`; the audio track is downmixed,
+    resampled and aligned to the video's first frame (:func:`media.read_audio_aligned`), zero-padded or cut
+    to exactly ``sample_rate / fps`` samples per video frame (640, as the SynthGRID corpus and the data dirs
+    assume) and written with :func:`media.write_wav`. The wav is written before the mp4
     and each atomically, so an existing mp4 next to an existing wav means a complete utterance. With
     ``start_s`` / ``end_s`` only that part of the recording is kept (AV-HuBERT's ``trim_video_frame`` and
     ``trim_audio`` for the pieces of long LRS3 ``pretrain`` clips): frames ``round(start_s * fps)`` up to
@@ -689,7 +690,10 @@ def preprocess_video(
     Returns:
         stats: ``{"frames": T, "frames_without_face": n, "frames_clamped": crops moved back into the
         256x256 frame, "seconds": T / fps, "source_fps": f, "audio_padded_s": zeros added where the audio
-        ends before the video (with ``dst_wav``), "processing_fps": T / wall time}``.
+        ends before the video and "audio_cut_s": audio dropped after the video's end (with ``dst_wav``),
+        "processing_fps": T / wall time}``, and what reading found: the notes of
+        :attr:`media.VideoFrames.notes` (``video_timestamps_ignored``, ...) and ``audio_offset_s`` (the
+        audio's start minus the video's, when not 0; with ``dst_wav``).
 
     Raises:
         RoiError: the video is missing or unreadable, has no face, or (with ``dst_wav``) has no audio track,
@@ -699,7 +703,7 @@ def preprocess_video(
     """
     start = time.perf_counter()
     src = Path(src)
-    frames, source_fps, wav, landmarks = _read_source(src, dst_wav, fps, sample_rate, landmarks)
+    frames, source_fps, wav, landmarks, notes = _read_source(src, dst_wav, fps, sample_rate, landmarks)
     frames, wav, landmarks = _cut_segment(src, frames, wav, landmarks, fps, sample_rate, start_s, end_s)
     track = extract_mouth_roi(frames, landmarks, size, smooth_window, name=str(src))
     stats = {
@@ -708,6 +712,7 @@ def preprocess_video(
         "frames_clamped": int(track.clamped.sum()),
         "seconds": track.num_frames / fps,
         "source_fps": source_fps,
+        **notes,
     }
     stats.update(_write_outputs(src, track.frames, wav, dst_mp4, dst_wav, fps, sample_rate))
     stats["processing_fps"] = track.num_frames / max(time.perf_counter() - start, 1e-9)
@@ -720,14 +725,15 @@ def _read_source(
     fps: float,
     sample_rate: int,
     landmarks: str | os.PathLike | np.ndarray | None,
-) -> tuple[np.ndarray, float, torch.Tensor | None, np.ndarray | None]:
+) -> tuple[np.ndarray, float, torch.Tensor | None, np.ndarray | None, dict]:
     """The frames, audio and landmarks of :func:`preprocess_video`'s source video.
 
     Returns:
-        ``(frames, source_fps, wav, landmarks)``: uint8 ``(T, H, W, 3)`` RGB frames at ``fps`` (cut to the
-        frames that have landmarks, as the original), the source's frame rate, float32 ``(N,)`` mono audio at
-        ``sample_rate`` (None without ``dst_wav``) and float ``(T, 68, 2)`` landmarks (NaN rows missing) or
-        None.
+        ``(frames, source_fps, wav, landmarks, notes)``: uint8 ``(T, H, W, 3)`` RGB frames at ``fps`` (cut to
+        the frames that have landmarks, as the original), the source's frame rate, float32 ``(N,)`` mono
+        audio at ``sample_rate`` aligned to the first frame (None without ``dst_wav``), float ``(T, 68, 2)``
+        landmarks (NaN rows missing) or None, and the notes of the reading (:attr:`media.VideoFrames.notes`,
+        ``audio_offset_s`` when not 0).
 
     Raises:
         RoiError: unreadable media, or more landmark frames than video frames (names ``src``).
@@ -735,8 +741,12 @@ def _read_source(
     if isinstance(landmarks, (str, os.PathLike)):
         landmarks = load_landmarks(landmarks)[0]
     try:
-        wav = read_audio_track(src, sample_rate) if dst_wav is not None else None
-        frames, source_fps = read_video_rgb(src, fps)
+        video = read_video_frames(src, fps, gray=False)
+        frames, source_fps, notes, wav = video.frames, video.source_fps, dict(video.notes), None
+        if dst_wav is not None:
+            wav, offset = read_audio_aligned(src, video.start_s, sample_rate)
+            if offset:
+                notes["audio_offset_s"] = round(offset, 4)
     except MediaError as exc:
         raise RoiError(str(exc)) from exc
     if landmarks is not None:
@@ -747,7 +757,7 @@ def _read_source(
                 f"{fps:g} fps"
             )
         frames = frames[: len(landmarks)]  # as the original: frames after the last landmark are not cut
-    return frames, source_fps, wav, landmarks
+    return frames, source_fps, wav, landmarks, notes
 
 
 def _cut_segment(
@@ -795,7 +805,8 @@ def _write_outputs(
     ``roi``; skipped when ``wav`` is None), then the ROI mp4 (``roi``: uint8 ``(T, S, S)``), each atomically.
 
     Returns:
-        ``{"audio_padded_s": seconds of zeros added}`` with a wav, else ``{}``.
+        ``{"audio_padded_s": seconds of zeros added, "audio_cut_s": seconds of audio dropped}`` with a wav,
+        else ``{}``.
 
     Raises:
         RoiError: an output cannot be written (names ``src``).
@@ -805,6 +816,7 @@ def _write_outputs(
         if wav is not None:
             num_samples = int(round(roi.shape[0] * sample_rate / fps))
             stats["audio_padded_s"] = max(0, num_samples - wav.shape[0]) / sample_rate
+            stats["audio_cut_s"] = max(0, wav.shape[0] - num_samples) / sample_rate
             aligned = torch.zeros(num_samples)
             aligned[: min(num_samples, wav.shape[0])] = wav[:num_samples]
             write_wav(dst_wav, aligned, sample_rate)
