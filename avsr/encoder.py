@@ -97,6 +97,47 @@ class AudioGate(nn.Module):
         return torch.sigmoid(self.proj(x)).transpose(1, 2)
 
 
+class VideoGate(nn.Module):
+    """Trust gate of the video stream (``video_gate``): ``(B, D, T)`` audio and video front-end outputs ->
+    ``(B, 1, 1)`` float gate in (0, 1) that scales the video features before fusion, and its logit ``(B,)``.
+
+    The gate asks whether the lips belong to the sound: ``l_t = w . GELU(Conv1d([a; v])_t) + b``, a temporal
+    convolution of ``kernel`` frames (odd; 9 frames = 360 ms) over the two streams together, so that it sees
+    whether the mouth moves with the syllables it hears; the utterance's logit is the mean of ``l_t`` over its
+    valid frames (``padding_mask``: ``(B, T)`` bool, True at padding, or None) and the gate its sigmoid.
+    Another utterance's lips, a frozen or blurred mouth, lips shifted in time close it; the model is taught
+    so with such video in training (``AudioAugment.untrusted_video_prob``) and with a binary cross-entropy on
+    the logit (``video_gate_weight`` of :class:`avsr.models.config.ModelConfig`). A closed gate gives
+    exactly the fused input of audio-only input (video features zeroed, the audio gate open), the input that
+    modality dropout trains. ``w`` starts at 0 and ``b`` at +3 (gate 0.95). An avsr extension in the spirit of
+    audio-visual synchronisation (Chung & Zisserman, "Out of time: automated lip sync in the wild", ACCV 2016
+    workshops) and of reliability-weighted stream fusion; it is not in AV-HuBERT.
+
+    Raises:
+        ValueError: ``hidden < 1`` or an even ``kernel``.
+    """
+
+    def __init__(self, dim: int, hidden: int = 64, kernel: int = 9) -> None:
+        super().__init__()
+        if hidden < 1 or kernel < 1 or kernel % 2 == 0:
+            raise ValueError(f"video_gate_hidden must be >= 1 and video_gate_kernel odd, got {hidden}, {kernel}")
+        self.conv = nn.Conv1d(2 * dim, hidden, kernel, padding=kernel // 2)
+        self.act = nn.GELU()
+        self.proj = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.constant_(self.proj.bias, 3.0)
+
+    def forward(self, audio: torch.Tensor, video: torch.Tensor,
+                padding_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(gate (B, 1, 1), logit (B,))``, the logit in float32."""
+        x = torch.cat([audio, video], dim=1)  # (B, 2D, T)
+        if padding_mask is not None:
+            x = x.masked_fill(padding_mask[:, None, :], 0.0)
+        frames = self.proj(self.act(self.conv(x)).transpose(1, 2)).transpose(1, 2)  # (B, 1, T)
+        logit = valid_mean(frames.float(), padding_mask)  # (B, 1, 1)
+        return torch.sigmoid(logit).to(video.dtype), logit[:, 0, 0]
+
+
 @dataclass
 class AVHubertEncoderConfig(Config):
     """Hyper-parameters of :class:`AVHubertEncoder`; names and defaults are AV-HuBERT BASE's.
@@ -107,7 +148,9 @@ class AVHubertEncoderConfig(Config):
     override ``dropout: 0.0, attention_dropout: 0.0, activation_dropout: 0.1, encoder_layerdrop: 0.1,
     feature_grad_mult: 1.0`` (and the original applies no modality dropout when fine-tuning).
 
-    Fields (probabilities are in [0, 1]):
+    Probabilities are in [0, 1].
+
+    Attributes:
         encoder_layers, encoder_embed_dim, encoder_ffn_embed_dim, encoder_attention_heads: transformer size.
         layer_norm_first: pre-LN layers and a final LayerNorm (True, as BASE and LARGE) or post-LN.
         activation_fn: FFN activation, a fairseq name (``gelu``, ``relu``, ``gelu_accurate``, ...).
@@ -128,6 +171,11 @@ class AVHubertEncoderConfig(Config):
             A closed gate gives exactly the fused input of video-only input (audio features zeroed), so a
             model trained with modality dropout can fall back to lip reading when the audio is noise.
         audio_gate_hidden: hidden units of the gate (:class:`AudioGate`; 0: a linear gate).
+        video_gate: an avsr extension, off in AV-HuBERT: on two-stream input, scale the video front-end's
+            output by a learned trust gate in (0, 1) per utterance (:class:`VideoGate`) that asks whether the
+            lips belong to the sound; the audio gate opens as it closes (fused audio ``a * (1 - gv (1 -
+            ga))``), so a closed video gate gives exactly the fused input of audio-only input.
+        video_gate_hidden, video_gate_kernel: hidden channels and temporal kernel (frames, odd) of that gate.
         audio_cmn: an avsr extension, off in AV-HuBERT: subtract each utterance's mean over its valid frames
             from every audio input feature (per dimension) before the audio front-end -- cepstral mean
             normalisation, as Kaldi's per-utterance CMN, of the stacked log filterbanks. It removes the
@@ -159,6 +207,9 @@ class AVHubertEncoderConfig(Config):
     audio_dropout: float = probability(0.5)
     audio_gate: bool = False
     audio_gate_hidden: int = option(0, ge=0)
+    video_gate: bool = False
+    video_gate_hidden: int = option(64, ge=1)
+    video_gate_kernel: int = option(9, ge=1)
     audio_cmn: bool = False
     audio_feat_dim: int = option(104, ge=1)
     resnet_relu_type: str = option("prelu", choices=RESNET_RELU_TYPES)
@@ -171,6 +222,8 @@ class AVHubertEncoderConfig(Config):
         if self.encoder_embed_dim % self.encoder_attention_heads:
             raise ConfigError(f"encoder_attention_heads ({self.encoder_attention_heads}) must divide "
                               f"encoder_embed_dim ({self.encoder_embed_dim})")
+        if self.video_gate_kernel % 2 == 0:
+            raise ConfigError(f"video_gate_kernel must be odd, got {self.video_gate_kernel}")
         if self.encoder_embed_dim % self.conv_pos_groups:
             raise ConfigError(f"conv_pos_groups ({self.conv_pos_groups}) must divide "
                               f"encoder_embed_dim ({self.encoder_embed_dim})")
@@ -185,12 +238,15 @@ class AVEmbedding(NamedTuple):
         olens: ``(B,)`` int64 valid frames per utterance (= ``ilens``; all T when ``ilens`` is None).
         features_pen: scalar float32, mean square of the fused front-end features (AV-HuBERT's
             ``features_pen`` extra loss term).
+        video_gate_logit: ``(B,)`` float32 logit of the video trust gate (``video_gate``) on two-stream
+            input, else None.
     """
 
     x: torch.Tensor
     padding_mask: torch.Tensor | None
     olens: torch.Tensor
     features_pen: torch.Tensor
+    video_gate_logit: torch.Tensor | None = None
 
 
 class AudioFrontEnd(nn.Module):
@@ -266,6 +322,8 @@ class AVHubertEncoder(nn.Module):
         self.layer_norm = nn.LayerNorm(self.embed_dim)
         self.post_extract_proj = nn.Linear(self.embed_dim, d) if self.embed_dim != d else None
         self.audio_gate = AudioGate(d, config.audio_gate_hidden) if config.audio_gate else None
+        self.video_gate = (VideoGate(d, config.video_gate_hidden, config.video_gate_kernel)
+                           if config.video_gate else None)
         self.dropout_input = nn.Dropout(config.dropout_input)
         self.encoder = TransformerEncoder(
             embed_dim=d,
@@ -509,36 +567,6 @@ class AVHubertEncoder(nn.Module):
             audio = self._cmn(audio, padding_mask)
         return self._front_end(self.feature_extractor_audio, audio)
 
-    def audio_gate_mean(self, audio: torch.Tensor, video_features: torch.Tensor,
-                        ilens: torch.Tensor | None = None) -> torch.Tensor | None:
-        """Mean over each utterance's valid frames of the audio gate (``audio_gate``) that fusion applies to
-        this audio: ``(B,)`` float32 in (0, 1), or None when the encoder has no gate.
-
-        How far the fused input rests on the audio: near 1 on clean audio the model trusts, near 0 where it
-        falls back to the lips (babble). :meth:`avsr.models.AVSRModel.decode_with_ctc` scales the weights of
-        the single-stream views (``video_weight``, ``audio_weight``) by it.
-
-        Args:
-            audio: ``(B, 104, T)`` float stacked log filterbanks (25 Hz).
-            video_features: ``(B, D, T)`` float, the video front-end's output (:meth:`encode_video`).
-            ilens: ``(B,)`` valid frames (None: all ``T``).
-
-        Raises:
-            ValueError: shapes that do not match (as :meth:`forward`).
-        """
-        if self.audio_gate is None:
-            return None
-        if audio.dim() != 3 or video_features.dim() != 3 or audio.shape[0] != video_features.shape[0] \
-                or audio.shape[2] != video_features.shape[2]:
-            raise ValueError(f"audio (B, F, T) and video_features (B, D, T) must agree in B and T, got "
-                             f"{tuple(audio.shape)} and {tuple(video_features.shape)}")
-        b, t = audio.shape[0], audio.shape[2]
-        if ilens is None:
-            ilens = torch.full((b,), t, dtype=torch.long, device=audio.device)
-        padding_mask = self._padding_mask(ilens, t)
-        gate = self.audio_gate(self._audio_front_end(audio, padding_mask), video_features, padding_mask)
-        return valid_mean(gate.float(), padding_mask)[:, 0, 0]
-
     def encode_video(self, video: torch.Tensor, ilens: torch.Tensor | None = None) -> torch.Tensor:
         """The video front-end's output alone, as :meth:`forward` computes it: ``(B, D, T)`` float.
 
@@ -572,12 +600,13 @@ class AVHubertEncoder(nn.Module):
             feats_audio = self._audio_front_end(audio, padding_mask)  # (B, D, T)
         if video is not None and video_features is None:
             feats_video = self._video_front_end(video, padding_mask)  # (B, D, T)
+        trust_logit = None
         if feats_audio is None:
             feats_audio = feats_video.new_zeros(b, d, t)
         elif feats_video is None:
             feats_video = feats_audio.new_zeros(b, d, t)
-        elif self.audio_gate is not None:
-            feats_audio = feats_audio * self.audio_gate(feats_audio, feats_video, padding_mask)
+        else:
+            feats_audio, feats_video, trust_logit = self._gated(feats_audio, feats_video, padding_mask)
 
         if self.config.modality_fuse == "concat":
             features = torch.cat([feats_audio, feats_video], dim=1)
@@ -587,7 +616,61 @@ class AVHubertEncoder(nn.Module):
         x = self.layer_norm(features.transpose(1, 2))
         if self.post_extract_proj is not None:
             x = self.post_extract_proj(x)
-        return AVEmbedding(self.dropout_input(x), padding_mask, ilens, features_pen)
+        return AVEmbedding(self.dropout_input(x), padding_mask, ilens, features_pen, trust_logit)
+
+    def _gated(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Two-stream ``(B, D, T)`` front-end outputs through the gates: the audio scaled by ``1 - gv (1 -
+        ga)`` (``ga``: :class:`AudioGate`, 1 without one), the video by ``gv`` (:class:`VideoGate`, 1 without
+        one); returns them and the video gate's logit ``(B,)`` (None without a video gate)."""
+        audio_gate = self.audio_gate(audio, video, padding_mask) if self.audio_gate is not None else None
+        if self.video_gate is None:
+            return (audio if audio_gate is None else audio * audio_gate), video, None
+        trust, logit = self.video_gate(audio, video, padding_mask)
+        if audio_gate is not None:
+            audio = audio * (1.0 - trust * (1.0 - audio_gate))
+        return audio, video * trust, logit
+
+    def gate_means(self, audio: torch.Tensor, video_features: torch.Tensor, ilens: torch.Tensor | None = None
+                   ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The gates that fusion applies to this two-stream input, each utterance's mean over its valid
+        frames: ``(audio_gate, video_gate)``, each ``(B,)`` float32 in (0, 1) or None when the encoder has no
+        such gate. The audio gate is the one in effect, ``1 - gv (1 - ga)`` with a video gate.
+
+        ``audio_gate`` says how far the fused input rests on the audio (near 1 on clean audio the model
+        trusts, near 0 where it falls back to the lips in babble), ``video_gate`` whether the model takes the
+        lips to belong to the sound (near 0 for another utterance's lips or a frozen mouth).
+        :class:`avsr.decode.searcher.Searcher` scales the single-stream views' weights by them.
+
+        Args:
+            audio: ``(B, 104, T)`` float stacked log filterbanks (25 Hz).
+            video_features: ``(B, D, T)`` float, the video front-end's output (:meth:`encode_video`).
+            ilens: ``(B,)`` valid frames (None: all ``T``).
+
+        Raises:
+            ValueError: shapes that do not match (as :meth:`forward`).
+        """
+        if self.audio_gate is None and self.video_gate is None:
+            return None, None
+        if audio.dim() != 3 or video_features.dim() != 3 or audio.shape[0] != video_features.shape[0] \
+                or audio.shape[2] != video_features.shape[2]:
+            raise ValueError(f"audio (B, F, T) and video_features (B, D, T) must agree in B and T, got "
+                             f"{tuple(audio.shape)} and {tuple(video_features.shape)}")
+        b, t = audio.shape[0], audio.shape[2]
+        if ilens is None:
+            ilens = torch.full((b,), t, dtype=torch.long, device=audio.device)
+        padding_mask = self._padding_mask(ilens, t)
+        feats_audio = self._audio_front_end(audio, padding_mask)
+        audio_gate = video_gate = None
+        if self.video_gate is not None:
+            trust, _ = self.video_gate(feats_audio, video_features, padding_mask)
+            video_gate = trust.float()[:, 0, 0]
+        if self.audio_gate is not None:
+            gate = self.audio_gate(feats_audio, video_features, padding_mask).float()
+            if video_gate is not None:
+                gate = 1.0 - video_gate[:, None, None] * (1.0 - gate)
+            audio_gate = valid_mean(gate, padding_mask)[:, 0, 0]
+        return audio_gate, video_gate
 
     def _modality_dropout(self, audio: torch.Tensor, video: torch.Tensor
                           ) -> tuple[torch.Tensor | None, torch.Tensor | None]:

@@ -105,13 +105,13 @@ def test_the_gate_mean_is_the_mean_of_the_gate_that_fusion_applies_over_valid_fr
     with torch.no_grad():
         model.encode(audio, video, LENS)
         feats = model.encoder.encode_video(video, LENS)
-        mean = model.encoder.audio_gate_mean(audio, feats, LENS)
+        mean = model.encoder.gate_means(audio, feats, LENS)[0]
     hook.remove()
     gate = seen[0][:, 0]  # (B, T)
     expected = torch.stack([gate[i, :n].mean() for i, n in enumerate(LENS.tolist())])
     torch.testing.assert_close(mean, expected)
     assert float(mean.std()) > 0  # the gate depends on the input
-    assert _model(gate=False).encoder.audio_gate_mean(audio, feats, LENS) is None
+    assert _model(gate=False).encoder.gate_means(audio, feats, LENS) == (None, None)
 
 
 def _views(model, audio, video, enc_lens):
@@ -124,7 +124,7 @@ def _views(model, audio, video, enc_lens):
     searcher = Searcher(model, _config())
     searches = [searcher.search(e, enc_lens, config=wide) for e in encs]
     scorers = [_scorer(model, e, enc_lens) for e in encs]
-    return encs, searches, scorers, model.encoder.audio_gate_mean(audio, feats, LENS)
+    return encs, searches, scorers, model.encoder.gate_means(audio, feats, LENS)[0]
 
 
 @pytest.mark.parametrize("weights", [(2.0, 0.0), (1.5, 0.5), (0.0, 1.0)])

@@ -13,7 +13,7 @@ every candidate by ``s_av + w_v * s_v + w_a * s_a``, a weighted product of the v
 information streams in end-to-end audio-visual speech recognition", ICASSP 2021; here the streams are views of
 one model and the product is taken over whole hypotheses, whose alignments may differ, not frame by frame).
 The weights of an utterance are ``video_weight`` and ``audio_weight`` times how far the fused input rests on
-the audio (the mean of the model's audio gate, :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`): where
+the audio (the mean of the model's audio gate, :meth:`avsr.encoder.AVHubertEncoder.gate_means`): where
 the gate has already closed (babble), the fused view is mostly the lips and the single views add little;
 where it is open, the lips get a say that the audio cannot overrule alone (clean speech from a voice the
 audio path mishears), and the audio alone a say against a fusion that leans on the lips where the audio was

@@ -4,8 +4,10 @@
 (:func:`avsr.decode.beam_search.batch_beam_search`: the joint CTC/attention search or fairseq's) and, for
 audio-visual input of a model with an audio gate, the final ranking with the model's single-stream views
 (:mod:`avsr.decode.rescore`): the fused input's n-best list joined with the video-only view's own, each
-candidate scored ``s_av + g * (video_weight * s_v + audio_weight * s_a)`` (``g``: the utterance's mean audio
-gate, :meth:`avsr.encoder.AVHubertEncoder.audio_gate_mean`). With ``audio_confidence`` above 0 the audio-only
+candidate scored ``s_av + g * (video_weight * gv * s_v + audio_weight * s_a)`` (``g``: the utterance's mean
+audio gate, ``gv``: its video trust gate, 1 for a model without one; :meth:`avsr.encoder.AVHubertEncoder.gate_means`).
+Lips that the model takes for another utterance's, or for a frozen mouth, thus lose their say in the ranking as
+they lose it in the fused input. With ``audio_confidence`` above 0 the audio-only
 view's own n-best list joins the candidates too, and its weight shrinks with how unsure the audio-only view is
 of its best hypothesis (:class:`avsr.decode.config.DecodeConfig`): a confidence check that lets clean audio
 outvote lips unlike the training data, and keeps noisy audio from outvoting good lips.
@@ -17,7 +19,7 @@ the model class.
 
 The model is any object with the parts of :class:`avsr.models.AVSRModel` that decoding reads: ``encode``,
 ``ctc_log_probs``, ``decoder``, the token ids ``sos``, ``eos``, ``blank``, ``pad``, ``unk``, and an
-``encoder`` with ``encode_video`` and ``audio_gate_mean`` (for the views); so this module does not import
+``encoder`` with ``encode_video`` and ``gate_means`` (for the views); so this module does not import
 the models.
 """
 
@@ -151,7 +153,9 @@ class Searcher:
         model, config = self.model, self.config
         wide = replace(config, nbest=config.beam_size)
         lists = [self.search(enc, enc_lens, ctc_logp, src_len, wide)]
-        gate = model.encoder.audio_gate_mean(audio, video_features, lengths).float()
+        gate, trust = model.encoder.gate_means(audio, video_features, lengths)
+        gate = gate.float()
+        trust = torch.ones_like(gate) if trust is None else trust.float()
         ids = {"decoder": model.decoder, "ctc_weight": config.ctc_weight, "sos": model.sos, "eos": model.eos,
                "blank": model.blank}
 
@@ -164,7 +168,7 @@ class Searcher:
             enc_v, _ = model.encode(None, None, lengths, video_features)
             ctc_v = model.ctc_log_probs(enc_v)
             lists.append(self.search(enc_v, enc_lens, ctc_v, src_len, wide))
-            scored.append((weights[0] * gate, scorer(enc_v, ctc_v)))
+            scored.append((weights[0] * gate * trust, scorer(enc_v, ctc_v)))
             own.append(len(lists) - 1)
             if views is not None:
                 views["video"] = [h[: config.nbest] for h in lists[-1]]

@@ -151,6 +151,12 @@ class AVSRModel(nn.Module):
             self.phone_ctc_lo = nn.Linear(d, self.conf.phone_vocab_size)
             self.batch_keys = ("audio", "video", "lengths", "ys_pad", "ys_lens", "audio_clean", "phones_pad",
                                "phones_lens")
+        if self.conf.video_gate_weight > 0:
+            if getattr(encoder, "video_gate", None) is None:
+                raise ConfigError("model_conf: video_gate_weight > 0 needs an encoder with a video gate "
+                                  "(encoder_conf.video_gate: true)")
+            self.batch_keys = ("audio", "video", "lengths", "ys_pad", "ys_lens", "audio_clean", "phones_pad",
+                               "phones_lens", "video_trusted")
         offset = self.pad + 1 if self.pad is not None else 0  # fairseq positions start after <pad>
         self.decoder = None
         if self.ctc_weight < 1:
@@ -331,7 +337,7 @@ class AVSRModel(nn.Module):
     def forward(
         self, audio: Tensor | None, video: Tensor | None, lengths: Tensor, ys_pad: Tensor, ys_lens: Tensor,
         audio_clean: Tensor | None = None, phones_pad: Tensor | None = None,
-        phones_lens: Tensor | None = None,
+        phones_lens: Tensor | None = None, video_trusted: Tensor | None = None,
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """Hybrid CTC/attention loss of a batch.
 
@@ -346,12 +352,17 @@ class AVSRModel(nn.Module):
             phones_pad: ``(B, P)`` int64 phone ids (``1..phone_vocab_size-1``) padded with -1, the targets of
                 the phone CTC head (``phone_ctc_weight > 0``; required then, ignored otherwise).
             phones_lens: ``(B,)`` int64 phone target lengths.
+            video_trusted: ``(B,)`` float, 1 where an utterance shows its own lips and 0 where the loader gave
+                it uninformative video (``AudioAugment.untrusted_video_prob``), or None (all 1): the target of
+                the video trust gate's loss (``video_gate_weight``); 0-rows are left out of the ``video``
+                view.
 
         Returns:
             ``loss`` (scalar float32, differentiable) and ``stats``: detached scalar float32 tensors on the
             loss's device (no host synchronisation; the trainer averages them and reads them once per log
             interval) ``loss``, ``loss_ctc``, ``loss_att``, ``acc`` (attention token accuracy, eos
-            included), ``loss_phone`` (phone CTC models only); a part the model does not have (CTC-only or
+            included), ``loss_phone`` (phone CTC models only), ``loss_trust`` (the video trust gate's
+            cross-entropy, ``video_gate_weight > 0``, two-stream training batches only); a part the model does not have (CTC-only or
             attention-only model) is ``nan``. In
             training, a batch with both streams and more than one of ``av_batch_views`` gives the sum of the
             views' losses (and of their parts) and the mean of their accuracies.
@@ -375,17 +386,52 @@ class AVSRModel(nn.Module):
         if not (self.training and audio is not None and video is not None) or views == ("audiovisual",):
             return self._loss(self.encode(audio, video, lengths), ys, ys_lens, ys_in, ys_out, phones)
         video_features = self.encoder.encode_video(video, lengths) if set(views) != {"audio"} else None
+        gate_loss = self.conf.video_gate_weight > 0
         loss, stats = None, {}
         for view in views:  # 1-4 views; each a whole batch through the transformer and the decoder
             keep = VIEWS[view]
             view_audio = audio_clean if view == "audiovisual_clean" and audio_clean is not None else audio
-            enc = self.encode(view_audio if "audio" in keep else None, None, lengths,
-                              video_features=video_features if "video" in keep else None)
+            if gate_loss and keep == ("audio", "video"):  # the first two-stream view: the trust gate's loss
+                enc, logit = self._encode_with_trust(view_audio, lengths, video_features)
+                target = torch.ones_like(logit) if video_trusted is None else video_trusted.to(logit)
+                with fp32_context(logit.device):
+                    trust = F.binary_cross_entropy_with_logits(logit.float(), target.float())
+                loss = self.conf.video_gate_weight * trust if loss is None else (
+                    loss + self.conf.video_gate_weight * trust)
+                stats["loss_trust"] = trust.detach()
+                gate_loss = False
+            elif view == "video" and video_trusted is not None and not bool((video_trusted > 0.5).all()):
+                rows = (video_trusted > 0.5).nonzero()[:, 0].to(lengths.device)  # the lips of the transcript
+                if rows.numel() == 0:
+                    continue
+                enc = self.encode(None, None, lengths[rows], video_features=video_features[rows])
+                view_phones = None if phones is None else (phones[0][rows], phones[1][rows])
+                view_loss, view_stats = self._loss(enc, ys[rows], ys_lens[rows], ys_in[rows], ys_out[rows],
+                                                   view_phones)
+                loss = view_loss if loss is None else loss + view_loss
+                self._add_stats(stats, view_stats, len(views))
+                continue
+            else:
+                enc = self.encode(view_audio if "audio" in keep else None, None, lengths,
+                                  video_features=video_features if "video" in keep else None)
             view_loss, view_stats = self._loss(enc, ys, ys_lens, ys_in, ys_out, phones)
             loss = view_loss if loss is None else loss + view_loss
-            for key, value in view_stats.items():
-                stats[key] = stats.get(key, 0.0) + (value / len(views) if key == "acc" else value)
+            self._add_stats(stats, view_stats, len(views))
         return loss, stats
+
+    @staticmethod
+    def _add_stats(stats: dict[str, Tensor], view_stats: dict[str, Tensor], num_views: int) -> None:
+        """Add one view's stats to ``stats``: sums, and the mean of the accuracies."""
+        for key, value in view_stats.items():
+            stats[key] = stats.get(key, 0.0) + (value / num_views if key == "acc" else value)
+
+    def _encode_with_trust(self, audio: Tensor, lengths: Tensor, video_features: Tensor
+                           ) -> tuple[tuple[Tensor, Tensor], Tensor]:
+        """:meth:`encode` of two-stream input (``video_features`` from ``encoder.encode_video``) that also
+        returns the video trust gate's logit ``(B,)`` float32 (:class:`avsr.encoder.VideoGate`)."""
+        emb = self.encoder.embed({"audio": audio, "video": None}, lengths, video_features)
+        enc = self.encoder.encoder(emb.x, emb.padding_mask)
+        return (enc.float(), emb.olens.to(enc.device, torch.long)), emb.video_gate_logit
 
     def _loss(self, encoded: tuple[Tensor, Tensor], ys: Tensor, ys_lens: Tensor, ys_in: Tensor,
               ys_out: Tensor, phones: tuple[Tensor, Tensor] | None = None

@@ -68,6 +68,12 @@ class AVSRModelConfig(Config):
             ``avsr.bin.train --phone-lexicon``). 0 (default): no phone head.
         phone_vocab_size: output size of the phone head (the lexicon's phones plus the CTC blank, id 0); the
             trainer sets it from the lexicon; required when ``phone_ctc_weight > 0``.
+        video_gate_weight: weight of a binary cross-entropy between the logit of the encoder's video trust
+            gate (``encoder_conf.video_gate``, :class:`avsr.encoder.VideoGate`) and whether each utterance of
+            an audio-visual training batch shows its own lips (``video_trusted`` of the batch, 0 for the
+            uninformative video of ``untrusted_video_prob``), added to the loss once per batch. Such
+            utterances are also left out of the ``video`` view's loss (their lips do not say the
+            transcript). 0 (default): no such loss; needs an encoder with a video gate when above 0.
     """
 
     ctc_weight: float = probability(0.3)
@@ -77,6 +83,7 @@ class AVSRModelConfig(Config):
     av_batch_views: tuple[str, ...] = option(("audiovisual",), choices=list(VIEWS), non_empty=True)
     phone_ctc_weight: float = option(0.0, ge=0.0, finite=True)
     phone_vocab_size: int | None = option(None, ge=2)
+    video_gate_weight: float = option(0.0, ge=0.0, finite=True)
 
     def check(self) -> None:
         """The views must be distinct. Raises :class:`avsr.config.ConfigError`."""
