@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from avsr.data.datadir import Utterance
 from avsr.data.lexicon import PhoneLexicon
@@ -79,6 +80,47 @@ class NoiseConfig:
         if batch_modality == "audio" and self.prob_audio_only is not None:
             return self.prob_audio_only
         return self.prob
+
+
+#: the kinds of video that does not say the transcript (:func:`untrusted_video`)
+UNTRUSTED_VIDEO_KINDS = ("other", "frozen", "shift", "blur")
+
+
+def untrusted_video(video: torch.Tensor, kind: str, generator: torch.Generator,
+                    other: torch.Tensor | None = None) -> torch.Tensor:
+    """Video of the same length that does not say what ``video`` says, for training the video trust gate.
+
+    Args:
+        video: ``(T, H, W)`` uint8 frames at 25 fps.
+        kind: ``other`` -- ``other``'s frames (another utterance's lips), repeated or cut to T; ``frozen`` --
+            one frame drawn uniformly, held for all T frames; ``shift`` -- the frames moved circularly by 10-25
+            frames (0.4-1.0 s) either way (lips out of sync); ``blur`` -- every frame shrunk to 8x8 pixels and
+            scaled back (a mouth without its shape).
+        generator: the random stream of the draws.
+        other: ``(T', H, W)`` uint8, required for ``other``.
+
+    Returns:
+        ``(T, H, W)`` uint8.
+
+    Raises:
+        ValueError: an unknown kind, or ``other`` missing for that kind.
+    """
+    t = video.shape[0]
+    if kind == "other":
+        if other is None:
+            raise ValueError("untrusted_video: kind 'other' needs the other utterance's frames")
+        return other.repeat(-(-t // max(1, other.shape[0])), 1, 1)[:t]
+    if kind == "frozen":
+        return video[int(torch.randint(0, t, (1,), generator=generator))].expand(t, -1, -1).clone()
+    if kind == "shift":
+        step = int(torch.randint(10, 26, (1,), generator=generator))
+        sign = 1 if float(torch.rand((), generator=generator)) < 0.5 else -1
+        return torch.roll(video, sign * step, dims=0)
+    if kind == "blur":
+        small = F.interpolate(video[:, None].float(), size=(8, 8), mode="area")
+        return F.interpolate(small, size=video.shape[1:], mode="bilinear", align_corners=False)[:, 0].round().to(
+            video.dtype)
+    raise ValueError(f"untrusted_video: kind must be one of {list(UNTRUSTED_VIDEO_KINDS)}, got {kind!r}")
 
 
 @dataclass
@@ -146,6 +188,15 @@ class AudioAugment:
             ``envelope_contrast_prob`` of the training utterances per epoch, from its own stream (seed,
             epoch, index); the ``keep_clean_audio`` view gets the same factor. None: no change.
         envelope_contrast_prob: that share.
+        untrusted_video_prob: probability that an utterance of an audio-visual batch (batch modality
+            ``audiovisual``) gets, in this epoch, video that does not say its transcript, of a kind drawn
+            uniformly from ``untrusted_video_kinds`` (:func:`untrusted_video`, from its own stream): its
+            item then has ``video_trusted`` 0, the target of the video trust gate's loss
+            (``video_gate_weight`` of :class:`avsr.models.config.ModelConfig`), and its transcript is still
+            the audio's. The fused model so learns to rely on the lips only where they belong to the sound;
+            real users' videos hold other people's lips, frozen frames and lips out of sync. An avsr
+            extension (the negatives of audio-visual synchronisation training); it is not in AV-HuBERT.
+        untrusted_video_kinds: the kinds of such video, from :data:`UNTRUSTED_VIDEO_KINDS`.
 
     Raises (``check``):
         ValueError: a non-positive speed factor, a malformed range or a negative count/width (names the
@@ -170,9 +221,17 @@ class AudioAugment:
     hard_onset_ms: tuple[float, float] = (5.0, 30.0)
     envelope_contrast: tuple[float, float] | None = None
     envelope_contrast_prob: float = 1.0
+    untrusted_video_prob: float = 0.0
+    untrusted_video_kinds: tuple[str, ...] = UNTRUSTED_VIDEO_KINDS
 
     def check(self) -> None:
         """Raise ValueError naming the first invalid field."""
+        if not 0.0 <= self.untrusted_video_prob <= 1.0:
+            raise ValueError(f"untrusted_video_prob must be in [0, 1], got {self.untrusted_video_prob}")
+        bad = [k for k in self.untrusted_video_kinds if k not in UNTRUSTED_VIDEO_KINDS]
+        if bad or not self.untrusted_video_kinds:
+            raise ValueError(f"untrusted_video_kinds must be a non-empty subset of {list(UNTRUSTED_VIDEO_KINDS)}, "
+                             f"got {list(self.untrusted_video_kinds)}")
         if not 0.0 <= self.av_mismatch_prob <= 1.0:
             raise ValueError(f"av_mismatch_prob must be in [0, 1], got {self.av_mismatch_prob}")
         if any(not f > 0 for f in self.speed_factors):
@@ -224,7 +283,7 @@ class AudioAugment:
         contrast = (self.envelope_contrast is not None and tuple(self.envelope_contrast) != (1.0, 1.0)
                     and self.envelope_contrast_prob > 0)
         return (warp or speed or masks or time_masks or edges or contrast or self.av_mismatch_prob > 0
-                or self.narrowband_prob > 0 or self.hard_onset_prob > 0)
+                or self.narrowband_prob > 0 or self.hard_onset_prob > 0 or self.untrusted_video_prob > 0)
 
 
 @dataclass
@@ -417,7 +476,9 @@ class AVDataset(torch.utils.data.Dataset):
             unchanged = factor == 1.0 and edges == (0, 0)
             audio_feats, clean_feats = self._item_audio(wav, num_frames, unchanged, g, ga, aug, index, epoch,
                                                         batch_modality)
+        trusted = None
         if video is not None and "video" in keep:
+            video, trusted = self._trusted_video(video, aug, index, epoch, batch_modality)
             video_feats = normalize_video(crop_video(video, train=self.train, generator=g))
         if self.tokenizer is not None:
             if not (u.text or "").strip():
@@ -439,7 +500,29 @@ class AVDataset(torch.utils.data.Dataset):
                        for ls in self.label_sets] or None,
             "audio_clean": clean_feats,
             "phones": phones,
+            "video_trusted": trusted,
         }
+
+    def _trusted_video(self, video: torch.Tensor, aug: AudioAugment | None, index: int, epoch: int,
+                       batch_modality: str | None) -> tuple[torch.Tensor, bool]:
+        """``(video, trusted)``: the item's ``(T, H, W)`` uint8 frames, or with ``aug.untrusted_video_prob``
+        in an audio-visual batch (its own stream) video that does not say the transcript
+        (:func:`untrusted_video`; ``other``: the frames of another utterance of another speaker), and
+        whether they are the item's own lips."""
+        if aug is None or aug.untrusted_video_prob <= 0 or batch_modality != "audiovisual":
+            return video, True
+        g = self._generator(index, epoch, "untrusted_video")
+        if float(torch.rand((), generator=g)) >= aug.untrusted_video_prob:
+            return video, True
+        kinds = aug.untrusted_video_kinds
+        kind = kinds[int(torch.randint(0, len(kinds), (1,), generator=g))]
+        other = None
+        if kind == "other":
+            if len(self.utts) < 2:
+                kind = "frozen"
+            else:
+                other = self._load(self._other_utterance(index, g))[1]
+        return untrusted_video(video, kind, g, other), False
 
     def _parse_key(self, key: int | tuple) -> tuple[int, str | None, int, tuple[str, ...]]:
         """``(index, batch_modality, epoch, keep)`` of a key of :meth:`__getitem__`: the epoch defaults to
@@ -641,15 +724,20 @@ class AVDataset(torch.utils.data.Dataset):
         g = self._generator(index, epoch, "av_mismatch")
         if float(torch.rand((), generator=g)) >= prob or len(self.utts) < 2:
             return None
+        other = self._load(self._other_utterance(index, g))[0]
+        reps = -(-num_samples // max(1, other.numel()))
+        return other.repeat(reps)[:num_samples]
+
+    def _other_utterance(self, index: int, g: torch.Generator) -> int:
+        """The index of another utterance, of another speaker where one of 8 draws from ``g`` finds one
+        (any other one when the corpus has one speaker); needs at least two utterances."""
         speaker = self.utts[index].speaker
-        for _ in range(8):  # another speaker's utterance (any other one when the corpus has one speaker)
+        for _ in range(8):
             j = int(torch.randint(0, len(self.utts) - 1, (1,), generator=g))
             j += j >= index
             if self.utts[j].speaker != speaker:
                 break
-        other = self._load(j)[0]
-        reps = -(-num_samples // max(1, other.numel()))
-        return other.repeat(reps)[:num_samples]
+        return j
 
     def _labels(self, ls: LabelSet, utt_id: str, num_frames: int, speed: float = 1.0,
                 edges: tuple[int, int] = (0, 0)) -> torch.Tensor:
@@ -695,7 +783,9 @@ def collate(items: list[dict]) -> dict:
         ``labels``: a list with one ``(B, L_k)`` int64 tensor padded with -1 per label set, or None,
         ``audio_clean``: (B, 104, T) float32 (each item's ``audio_clean``, or its ``audio`` where that is
         None) when an item has one, else None, ``phones_pad`` (B, P) int64 padded with -1 and ``phones_lens``
-        (B,) int64 when the items have ``phones``, else None.
+        (B,) int64 when the items have ``phones``, else None, ``video_trusted``: (B,) float32, 0 for items
+        whose video the loader made uninformative (``AudioAugment.untrusted_video_prob``) and 1 for the
+        others, when an item has such video, else None.
     """
     lengths = torch.tensor(
         [(it["video"] if it["video"] is not None else it["audio"]).shape[0] for it in items], dtype=torch.long
@@ -736,6 +826,9 @@ def collate(items: list[dict]) -> dict:
             if it["audio_clean"] is not None:
                 audio_clean[i, :, : it["audio_clean"].shape[0]] = it["audio_clean"].T
         batch["audio_clean"] = audio_clean
+    batch["video_trusted"] = None
+    if batch["video"] is not None and any(it.get("video_trusted") is False for it in items):
+        batch["video_trusted"] = torch.tensor([float(it.get("video_trusted") is not False) for it in items])
     batch["phones_pad"] = batch["phones_lens"] = None
     if items[0].get("phones") is not None:
         batch["phones_lens"] = torch.tensor([it["phones"].numel() for it in items], dtype=torch.long)

@@ -144,7 +144,9 @@ def build_audio_augment(cfg: TrainConfig) -> AudioAugment | None:
                        narrowband_audio_only=cfg.narrowband_audio_only,
                        hard_onset_prob=cfg.hard_onset_prob, hard_onset_ms=pair(cfg.hard_onset_ms),
                        envelope_contrast=pair(cfg.envelope_contrast),
-                       envelope_contrast_prob=cfg.envelope_contrast_prob)
+                       envelope_contrast_prob=cfg.envelope_contrast_prob,
+                       untrusted_video_prob=cfg.untrusted_video_prob,
+                       untrusted_video_kinds=tuple(cfg.untrusted_video_kinds))
     try:
         aug.check()
     except ValueError as e:
@@ -327,6 +329,7 @@ class Trainer:
         # options that act on the batch modality the loader draws: refused, not ignored, without it
         needs_batch_modality = {
             "av_mismatch_prob > 0": (cfg.av_mismatch_prob > 0, "audio-visual"),
+            "untrusted_video_prob > 0": (cfg.untrusted_video_prob > 0, "audio-visual"),
             "time_mask_av_only": (cfg.time_mask_av_only and cfg.num_time_mask > 0 and cfg.time_mask_width > 0,
                                   "audio-visual"),
             "narrowband_audio_only": (cfg.narrowband_audio_only and cfg.narrowband_prob > 0, "audio-only"),

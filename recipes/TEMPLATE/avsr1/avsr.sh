@@ -6,7 +6,9 @@
 #   2  mouth ROIs           (raw face videos only, --roi-list: python -m avsr.bin.preprocess_roi)
 #   3  data dirs            (python -m avsr.bin.prepare_data: Kaldi wav.scp, video.scp, text, utt2spk;
 #                            --finetune-percent P < 100: a labeled subset data/<train_set>_<P>pct;
-#                            --edge-test-sets S: data/<S>_edges, S with other silences at the edges)
+#                            --edge-test-sets S: data/<S>_edges, S with other silences at the edges;
+#                            --untrusted-video-sets S: data/<S>_other_lips, data/<S>_frozen_mouth, S with
+#                            video that does not say the transcript)
 #   4  tokenizer            (python -m avsr.bin.tokenizer: sentencepiece model + token list)
 #   5  clustering, iter 1   (--pretrain-iters >= 1: MFCC features, k-means, 100 Hz labels, cluster quality)
 #   6  pretraining, iter 1  (masked multimodal cluster prediction; resumes from its checkpoint.pt)
@@ -40,6 +42,8 @@ valid_set=${valid_set:-valid}
 test_sets=${test_sets:-test}
 edge_test_sets=${edge_test_sets:-}  # test sets also decoded as <set>_edges: each end cut to the speech or
                                     #   0.4-1.0 s longer (python -m avsr.bin.edge_test)
+untrusted_video_sets=${untrusted_video_sets:-}  # test sets also decoded as <set>_other_lips (another
+                                    #   utterance's mouth) and <set>_frozen_mouth (python -m avsr.bin.untrusted_video)
 vocab_size=${vocab_size:-64}        # sentencepiece vocabulary (soft limit)
 bpemode=${bpemode:-unigram}         # unigram | bpe | char | word
 train_config=${train_config:-}
@@ -94,6 +98,10 @@ decode_sets="$test_sets"  # the test sets of the corpus, then the ones stage 3 d
 for s in $edge_test_sets; do
   [[ " $test_sets " == *" $s "* ]] || { log "--edge-test-sets: ${s} is not one of the test sets (${test_sets})"; exit 1; }
   decode_sets+=" ${s}_edges"
+done
+for s in $untrusted_video_sets; do
+  [[ " $test_sets " == *" $s "* ]] || { log "--untrusted-video-sets: ${s} is not one of the test sets (${test_sets})"; exit 1; }
+  decode_sets+=" ${s}_other_lips ${s}_frozen_mouth"
 done
 [ "$nnodes" -eq 1 ] || [ -n "$master_addr" ] || { log "--nnodes ${nnodes} needs --master-addr"; exit 1; }
 # the training set of stage 9 (and of the tokenizer): all of train_set or a labeled subset of it
@@ -150,6 +158,9 @@ stage_datadirs() {
   local s
   for s in $edge_test_sets; do
     "$python" -m avsr.bin.edge_test --src "${data_dir}/${s}" --dst "${data_dir}/${s}_edges" --no-progress
+  done
+  for s in $untrusted_video_sets; do
+    "$python" -m avsr.bin.untrusted_video --src "${data_dir}/${s}" --dst-prefix "${data_dir}/${s}" --no-progress
   done
 }
 

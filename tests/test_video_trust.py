@@ -1,0 +1,224 @@
+"""Video that does not say the transcript: the encoder's video trust gate (``video_gate``), its training
+(``untrusted_video_prob``, ``video_gate_weight``), the search's use of it, and the test sets that measure it
+(``avsr-untrusted-video``)."""
+
+import numpy as np
+import pytest
+import torch
+
+from avsr.config import ConfigError
+from avsr.data.datadir import Utterance, read_datadir, write_datadir
+from avsr.data.dataset import UNTRUSTED_VIDEO_KINDS, AudioAugment, AVDataset, collate, untrusted_video
+from avsr.data.media import read_video, write_video, write_wav
+from avsr.data.untrusted_sets import make_untrusted_set
+from avsr.decode import DecodeConfig
+from avsr.decode.searcher import Searcher
+from avsr.encoder import AVHubertEncoder
+from avsr.models import AVSRModel
+from tests.test_beam_search import TINY_DECODER, TINY_ENCODER
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+HW = 16
+LENS = torch.tensor([14, 10, 12])
+
+
+def _model(trust_bias: float | None = None, video_gate_weight: float = 0.0, views=("audiovisual",),
+           decode_defaults: dict | None = None) -> AVSRModel:
+    torch.manual_seed(0)
+    enc = dict(TINY_ENCODER, audio_gate=True, video_gate=True, video_gate_hidden=8, video_gate_kernel=3)
+    model = AVSRModel.from_config(dict(vocab_size=12, encoder_conf=enc, decoder_conf=TINY_DECODER,
+                                       model_conf={"ctc_weight": 0.3, "av_batch_views": list(views),
+                                                   "video_gate_weight": video_gate_weight},
+                                       decode_defaults=decode_defaults)).eval()
+    with torch.no_grad():
+        model.encoder.audio_gate.proj.weight.normal_(0, 0.5)
+        model.encoder.video_gate.proj.weight.normal_(0, 0.5)
+        if trust_bias is not None:
+            model.encoder.video_gate.proj.weight.zero_()
+            model.encoder.video_gate.proj.bias.fill_(trust_bias)
+    return model
+
+
+def _inputs(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    t = int(LENS.max())
+    audio = torch.randn(3, 104, t, generator=g)
+    video = torch.randn(3, 1, t, HW, HW, generator=g)
+    for i, n in enumerate(LENS.tolist()):
+        audio[i, :, n:] = 0
+        video[i, :, n:] = 0
+    return audio, video
+
+
+def test_a_closed_video_gate_gives_exactly_the_audio_only_input():
+    model = _model(trust_bias=-80.0)
+    audio, video = _inputs()
+    with torch.no_grad():
+        fused, _ = model.encode(audio, video, LENS)
+        alone, _ = model.encode(audio, None, LENS)
+    for i, n in enumerate(LENS.tolist()):
+        torch.testing.assert_close(fused[i, :n], alone[i, :n], atol=1e-5, rtol=1e-5)
+
+
+def test_an_open_video_gate_keeps_the_lips_and_the_audio_gate():
+    open_model = _model(trust_bias=80.0)
+    audio, video = _inputs()
+    with torch.no_grad():
+        fused, _ = open_model.encode(audio, video, LENS)
+        alone, _ = open_model.encode(audio, None, LENS)
+        feats = open_model.encoder.encode_video(video, LENS)
+        audio_gate, trust = open_model.encoder.gate_means(audio, feats, LENS)
+    assert (fused - alone).abs().max() > 1e-2  # the lips change the encoding
+    torch.testing.assert_close(trust, torch.ones(3))
+    assert float(audio_gate.std()) > 0 and bool((audio_gate < 1).all())
+
+
+def test_the_gate_means_are_the_gates_fusion_applies_per_utterance():
+    model = _model()
+    audio, video = _inputs()
+    seen = []
+    hook = model.encoder.video_gate.register_forward_hook(lambda m, i, o: seen.append(o))
+    with torch.no_grad():
+        model.encode(audio, video, LENS)
+        feats = model.encoder.encode_video(video, LENS)
+        _, trust = model.encoder.gate_means(audio, feats, LENS)
+    hook.remove()
+    gate, logit = seen[0]
+    torch.testing.assert_close(trust, gate[:, 0, 0])
+    torch.testing.assert_close(trust, torch.sigmoid(logit))
+    assert float(trust.std()) > 0
+    # each utterance's gate ignores its padding: alone it is the same
+    with torch.no_grad():
+        one = model.encoder.gate_means(audio[1:2, :, :10], feats[1:2, :, :10], LENS[1:2])[1]
+    torch.testing.assert_close(one, trust[1:2], atol=1e-5, rtol=1e-5)
+
+
+def test_video_gate_config_is_checked():
+    with pytest.raises(ConfigError, match="video_gate_kernel"):
+        AVHubertEncoder(**dict(TINY_ENCODER, video_gate=True, video_gate_kernel=4))
+    with pytest.raises(ConfigError, match="video_gate_weight > 0 needs an encoder with a video gate"):
+        AVSRModel.from_config(dict(vocab_size=12, encoder_conf=dict(TINY_ENCODER), decoder_conf=TINY_DECODER,
+                                   model_conf={"video_gate_weight": 1.0}))
+
+
+def test_training_loss_has_the_gate_cross_entropy_and_leaves_untrusted_rows_out_of_the_video_view():
+    model = _model(video_gate_weight=0.5, views=("audiovisual", "video")).train()
+    audio, video = _inputs()
+    ys = torch.tensor([[3, 4, 5], [6, 7, 0], [8, 9, 10]])
+    ys_lens = torch.tensor([3, 2, 3])
+    trusted = torch.tensor([1.0, 0.0, 1.0])
+    assert model.batch_keys[-1] == "video_trusted"
+    torch.manual_seed(3)
+    loss, stats = model(audio, video, LENS, ys.masked_fill(ys == 0, -1), ys_lens, None, None, None, trusted)
+    with torch.no_grad():  # the parts again by hand, in training mode too (the BatchNorm of the batch)
+        feats = model.encoder.encode_video(video, LENS)
+        (enc, lens), logit = model._encode_with_trust(audio, LENS, feats)
+        ys_pad = ys.masked_fill(ys == 0, -1)
+        ys_, ys_in, ys_out = model._targets(ys_pad, ys_lens)
+        fused, _ = model._loss((enc, lens), ys_, ys_lens, ys_in, ys_out)
+        rows = torch.tensor([0, 2])
+        ys_r, ys_in_r, ys_out_r = model._targets(ys_pad[rows], ys_lens[rows])
+        video_only = model._loss(model.encode(None, None, LENS[rows], video_features=feats[rows]), ys_r,
+                                 ys_lens[rows], ys_in_r, ys_out_r)[0]
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(logit, trusted)
+    torch.testing.assert_close(stats["loss_trust"], bce, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(loss.detach(), fused + video_only + 0.5 * bce, atol=1e-4, rtol=1e-4)
+
+
+def _frames(t: int = 30, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (t, 24, 24), generator=g, dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("kind", UNTRUSTED_VIDEO_KINDS)
+def test_untrusted_video_keeps_the_length_and_loses_the_lips(kind):
+    video, other = _frames(30), _frames(11, seed=1)
+    g = torch.Generator().manual_seed(0)
+    out = untrusted_video(video, kind, g, other)
+    assert out.shape == video.shape and out.dtype == torch.uint8
+    assert not torch.equal(out, video)
+    if kind == "other":
+        assert torch.equal(out[:11], other) and torch.equal(out[11:22], other)
+    elif kind == "frozen":
+        assert bool((out == out[0]).all()) and any(torch.equal(out[0], f) for f in video)
+    elif kind == "shift":
+        step = next(s for s in range(-25, 26) if torch.equal(out, torch.roll(video, s, 0)))
+        assert 10 <= abs(step) <= 25
+    else:  # blur: the mean brightness stays, the detail goes
+        assert abs(out.float().mean() - video.float().mean()) < 3
+        assert out.float().diff(dim=2).abs().mean() < 0.3 * video.float().diff(dim=2).abs().mean()
+    with pytest.raises(ValueError, match="kind"):
+        untrusted_video(video, "sideways", g)
+
+
+def _corpus(root, n=6, frames=20):
+    utts = []
+    for i in range(n):
+        spk = f"s{i % 3}"
+        uid = f"{spk}_u{i}"
+        wav, mp4 = root / f"{uid}.wav", root / f"{uid}.mp4"
+        write_wav(wav, torch.randn(frames * 640) * 0.1)
+        write_video(mp4, np.full((frames, 96, 96), 20 * i, dtype=np.uint8))
+        utts.append(Utterance(uid, spk, str(wav), str(mp4), "A B", frames))
+    return utts
+
+
+def test_untrusted_video_in_training_marks_its_items_and_only_in_audio_visual_batches(tmp_path):
+    utts = _corpus(tmp_path)
+    aug = AudioAugment(untrusted_video_prob=0.5, untrusted_video_kinds=("other",))
+    ds = AVDataset(utts, train=True, audio_augment=aug)
+    items = [ds[(i, "audiovisual", e)] for e in range(6) for i in range(len(utts))]
+    flags = [it["video_trusted"] for it in items]
+    assert 0.25 < flags.count(False) / len(flags) < 0.75
+    assert all(ds[(i, "video", 0)]["video_trusted"] is True for i in range(len(utts)))
+    own = AVDataset(utts, train=True)
+    for e in range(6):  # an untrusted item shows the mouth of another speaker (a constant grey per utterance)
+        for i, u in enumerate(utts):
+            it = ds[(i, "audiovisual", e)]
+            mine = own[(i, "audiovisual", e)]["video"]
+            assert (not torch.allclose(it["video"].mean(), mine.mean(), atol=0.05)) == (not it["video_trusted"])
+    batch = collate([ds[(i, "audiovisual", 1)] for i in range(len(utts))])
+    assert batch["video_trusted"].tolist() == [float(ds[(i, "audiovisual", 1)]["video_trusted"])
+                                               for i in range(len(utts))]
+    assert collate([own[(i, "audiovisual", 1)] for i in range(len(utts))])["video_trusted"] is None
+    with pytest.raises(ValueError, match="untrusted_video_prob"):
+        AudioAugment(untrusted_video_prob=1.5).check()
+
+
+def test_a_model_that_does_not_trust_the_lips_decodes_audio_visual_input_as_audio(tmp_path):
+    audio, video = _inputs()
+    cfg = DecodeConfig(beam_size=4, ctc_weight=0.3, maxlenratio=-4.0, video_weight=1.0, audio_weight=3.0,
+                       audio_confidence=2.0)
+    closed = _model(trust_bias=-80.0)
+    both = Searcher(closed, cfg).decode(audio, video, LENS)[0]
+    alone = Searcher(closed, cfg).decode(audio, None, LENS)[0]
+    assert [h[0].tokens for h in both] == [h[0].tokens for h in alone]
+    opened = _model(trust_bias=80.0)
+    assert [h[0].tokens for h in Searcher(opened, cfg).decode(audio, video, LENS)[0]] != \
+        [h[0].tokens for h in Searcher(opened, cfg).decode(audio, None, LENS)[0]]
+
+
+def test_untrusted_test_sets_keep_the_audio_and_length_and_resume(tmp_path):
+    src = tmp_path / "test"
+    utts = _corpus(tmp_path, frames=12)
+    write_datadir(src, utts)
+    out = make_untrusted_set(src, tmp_path / "test_other_lips", "other_lips")
+    donors = dict(line.split() for line in (tmp_path / "test_other_lips" / "donors").read_text().splitlines())
+    by_id = {u.utt_id: u for u in utts}
+    for u in out:
+        assert u.wav == by_id[u.utt_id].wav and u.text == by_id[u.utt_id].text
+        assert by_id[donors[u.utt_id]].speaker != u.speaker
+        frames = read_video(u.video)
+        assert frames.shape[0] == 12
+        assert abs(float(frames.float().mean()) - 20 * int(donors[u.utt_id].split("_u")[1])) < 3
+    frozen = make_untrusted_set(src, tmp_path / "test_frozen_mouth", "frozen_mouth")
+    assert all(read_video(u.video).float().std(dim=0).max() < 3 for u in frozen)
+    stamp = {u.utt_id: (tmp_path / "test_frozen_mouth" / "media" / f"{u.utt_id}.mp4").stat().st_mtime_ns
+             for u in frozen}
+    again = make_untrusted_set(src, tmp_path / "test_frozen_mouth", "frozen_mouth")
+    assert [u.utt_id for u in again] == [u.utt_id for u in read_datadir(tmp_path / "test_frozen_mouth")]
+    assert all((tmp_path / "test_frozen_mouth" / "media" / f"{u}.mp4").stat().st_mtime_ns == t
+               for u, t in stamp.items())
+    with pytest.raises(ValueError, match="other_lips"):
+        make_untrusted_set(src, tmp_path / "x", "sideways")
