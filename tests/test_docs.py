@@ -79,6 +79,49 @@ def test_api_pages_render_the_docstrings(site):
         assert any(name in _text(p) for p in (site / "api").rglob("index.html")), name
 
 
+def _parameters(page: str, identifier: str) -> dict[str, tuple[str, str]]:
+    """The Parameters table of one rendered API object: name -> (type, default), as the page shows them."""
+    start = page.index(f'id="{identifier}" class="doc doc-heading"') + len(identifier)
+    end = page.find('class="doc doc-heading"', start + 30)  # the next object's heading
+    section = page[start:end if end > 0 else None]
+    table = re.search(r'doc-section-title">Parameters:</span>.*?<tbody>(.*?)</tbody>', section, re.S)
+    assert table, f"no Parameters table for {identifier}"
+    rows = {}
+    for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table.group(1), re.S):
+        cells = [" ".join(html.unescape(re.sub(r"<[^>]+>", " ", c)).split())
+                 for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+        rows[cells[0]] = (cells[1], cells[-1])
+    return rows
+
+
+def test_api_reference_shows_call_types_defaults_and_links(site):
+    """``Transcriber.__call__`` is rendered (private members are not), parameters documented together
+    ("noise, snr_db: ...") get their own types and defaults from the signature, Sphinx roles are links."""
+    page = (site / "api" / "inference" / "index.html").read_text(encoding="utf-8")
+    assert 'id="avsr.inference.transcriber.Transcriber.__call__"' in page
+    assert 'id="avsr.inference.transcriber.Transcriber._' not in page.replace("__call__", "")  # private
+    call = _parameters(page, "avsr.inference.transcriber.Transcriber.__call__")
+    assert call["video"] == call["audio"] == ("PathLike | ndarray | Tensor | None", "None")
+    assert call["sample_rate"] == ("int", "SAMPLE_RATE")
+    batch = _parameters(page, "avsr.inference.transcriber.Transcriber.transcribe_batch")
+    assert batch["items"][1] == "required"
+    assert batch["noise"] == ("PathLike | Tensor | NoiseSource | None", "None")
+    assert batch["snr_db"] == ("float | None", "None")
+    assert batch["window"] == ("int", "512") and batch["strict"] == ("bool", "False")
+    assert "noise, snr_db" not in batch
+    # ":meth:`__call__`" in transcribe_batch's docstring: a link to __call__'s entry
+    assert 'href="#avsr.inference.transcriber.Transcriber.__call__"><code>__call__</code></a>' in page
+    for built in (site / "api").rglob("index.html"):
+        text = _text(built)
+        assert ":class:" not in text and ":meth:" not in text and ":func:" not in text, built
+
+
+def test_nav_names_the_api_reference_once(site):
+    home = (site / "index.html").read_text(encoding="utf-8")
+    entries = re.findall(r'<span class="md-ellipsis">\s*API reference\s*</span>', home)
+    assert len(entries) == 1, "the nav lists 'API reference' as a section and again as its first page"
+
+
 def _dev_extra() -> str:
     cfg = configparser.ConfigParser()
     cfg.read(REPO / "setup.cfg", encoding="utf-8")

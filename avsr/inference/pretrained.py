@@ -99,7 +99,8 @@ def model_view_weights(source: PathLike, average_nbest: int = 5) -> tuple[float,
     configuration without building the model. ``source`` as :func:`load_pretrained`.
 
     Raises:
-        as :func:`model_edge_frames`.
+        FileNotFoundError: as :func:`model_edge_frames`.
+        avsr.compat.CheckpointError: as :func:`model_edge_frames`.
     """
     return model_defaults(source, average_nbest)[1]
 
@@ -110,7 +111,8 @@ def model_defaults(source: PathLike, average_nbest: int = 5
     of an experiment directory's best, or the file).
 
     Raises:
-        as :func:`model_edge_frames`.
+        FileNotFoundError: as :func:`model_edge_frames`.
+        avsr.compat.CheckpointError: as :func:`model_edge_frames`.
     """
     source = Path(source)
     if source.is_dir():
