@@ -191,9 +191,11 @@ def test_a_model_that_does_not_trust_the_lips_decodes_audio_visual_input_as_audi
     cfg = DecodeConfig(beam_size=4, ctc_weight=0.3, maxlenratio=-4.0, video_weight=1.0, audio_weight=3.0,
                        audio_confidence=2.0)
     closed = _model(trust_bias=-80.0)
-    both = Searcher(closed, cfg).decode(audio, video, LENS)[0]
+    gates = {}
+    both = Searcher(closed, cfg).decode(audio, video, LENS, gates=gates)[0]
     alone = Searcher(closed, cfg).decode(audio, None, LENS)[0]
     assert [h[0].tokens for h in both] == [h[0].tokens for h in alone]
+    assert gates["video_trust"].max() < 1e-6 and gates["audio_gate"].min() > 1 - 1e-6  # what fusion did
     opened = _model(trust_bias=80.0)
     assert [h[0].tokens for h in Searcher(opened, cfg).decode(audio, video, LENS)[0]] != \
         [h[0].tokens for h in Searcher(opened, cfg).decode(audio, None, LENS)[0]]

@@ -98,8 +98,8 @@ class Searcher:
 
     @torch.no_grad()
     def decode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor,
-               video_features: Tensor | None = None, views: dict[str, list[list[Hypothesis]]] | None = None
-               ) -> tuple[list[list[Hypothesis]], Tensor | None, Tensor]:
+               video_features: Tensor | None = None, views: dict[str, list[list[Hypothesis]]] | None = None,
+               gates: dict[str, Tensor] | None = None) -> tuple[list[list[Hypothesis]], Tensor | None, Tensor]:
         """Encode the inputs and search; with both streams and a view weight above 0, rank with the views.
 
         Args:
@@ -112,6 +112,10 @@ class Searcher:
                 the audio-only view with the confidence check), best first: the same as decoding that view's
                 stream alone with this configuration (the search's ``nbest`` only cuts its output). Left
                 empty when the views are not searched.
+            gates: a dict that receives what fusion did with two-stream input where the views are ranked:
+                ``"audio_gate"`` and ``"video_trust"``, each ``(B,)`` float32 in (0, 1), the utterances' mean
+                audio gate and video trust gate (:meth:`avsr.encoder.AVHubertEncoder.gate_means`; no
+                ``video_trust`` for a model without a video gate). Left empty otherwise.
 
         Returns:
             ``(hypotheses, ctc_logp, enc_lens)``: up to ``nbest`` hypotheses per utterance, best first;
@@ -137,7 +141,7 @@ class Searcher:
             if max(weights[:2]) == 0:
                 return self.search(enc, enc_lens, ctc_logp, src_len), ctc_logp, enc_lens
             hyps = self._ranked_with_views(audio, video_features, lengths, weights, enc, enc_lens, ctc_logp,
-                                           src_len, views)
+                                           src_len, views, gates)
             return hyps, ctc_logp, enc_lens
         finally:
             model.train(was_training)
@@ -145,16 +149,21 @@ class Searcher:
     def _ranked_with_views(self, audio: Tensor, video_features: Tensor, lengths: Tensor,
                            weights: tuple[float, float, float], enc: Tensor, enc_lens: Tensor,
                            ctc_logp: Tensor | None, src_len: int,
-                           views: dict[str, list[list[Hypothesis]]] | None) -> list[list[Hypothesis]]:
+                           views: dict[str, list[list[Hypothesis]]] | None,
+                           gates: dict[str, Tensor] | None = None) -> list[list[Hypothesis]]:
         """The fused input's beam search and, with a video weight, the video-only view's (and with an audio
         confidence, the audio-only view's; ``beam_size`` hypotheses each), ranked with the single-stream
         views' scores (:func:`avsr.decode.rescore.rescore_with_views`); ``views`` (when given) receives the
-        views' own hypotheses, cut to ``nbest``."""
+        views' own hypotheses, cut to ``nbest``, and ``gates`` the mean gates."""
         model, config = self.model, self.config
         wide = replace(config, nbest=config.beam_size)
         lists = [self.search(enc, enc_lens, ctc_logp, src_len, wide)]
         gate, trust = model.encoder.gate_means(audio, video_features, lengths)
         gate = gate.float()
+        if gates is not None:
+            gates["audio_gate"] = gate
+            if trust is not None:
+                gates["video_trust"] = trust.float()
         trust = torch.ones_like(gate) if trust is None else trust.float()
         ids = {"decoder": model.decoder, "ctc_weight": config.ctc_weight, "sos": model.sos, "eos": model.eos,
                "blank": model.blank}
