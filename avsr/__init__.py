@@ -11,7 +11,25 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The version of the installed distribution; in a source tree that is not installed, the one its
+    ``setup.cfg`` names (``0+unknown`` where neither exists)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("avsr")
+    except PackageNotFoundError:
+        import configparser
+        from pathlib import Path
+
+        cfg = configparser.ConfigParser()
+        cfg.read(Path(__file__).resolve().parent.parent / "setup.cfg", encoding="utf-8")
+        return cfg.get("metadata", "version", fallback="0+unknown")
+
+
+#: the version of avsr, as ``pip`` sees it (recorded in every checkpoint the trainer writes)
+__version__ = _version()
 
 # public name -> module defining it
 _LAZY = {

@@ -37,7 +37,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 def _usage() -> str:
     width = max(len(name) for name in SUBCOMMANDS)
     lines = [
-        "usage: avsr <subcommand> [arguments]   (avsr <subcommand> --help for its options)",
+        "usage: avsr <subcommand> [arguments]   (avsr <subcommand> --help for its options; avsr --version)",
         "",
         "subcommands:",
     ]
@@ -55,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from avsr import __version__
+
+        print(f"avsr {__version__}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:
         print(f"avsr: unknown subcommand {name!r}\n\n{_usage()}", file=sys.stderr)

@@ -4,9 +4,10 @@ environment's interpreter, from a temporary directory outside the source tree.
 Checks, in order (each prints one ``[smoke]`` line with its time):
 
 1. ``avsr`` is imported from the fresh environment's site-packages, from a regular (not editable) install
-   of the wheel, not from the checkout;
+   of the wheel, not from the checkout, and ``avsr.__version__`` is the wheel's version;
 2. the wheel holds every module and every package-data file of the checkout (``avsr/conf/*/*.yaml``,
-   ``avsr/data/assets/*``) and nothing else, and the data files are importable resources;
+   ``avsr/data/assets/*``) and nothing else, the data files are importable resources, and its
+   ``.dist-info`` holds the checkout's ``LICENSE``;
 3. every module of the package imports (walked with :mod:`pkgutil`); modules that need an optional extra
    which is not installed (MediaPipe, scikit-image) are skipped and named;
 4. ``--help`` of every console script of setup.cfg (each in a process of its own) and of every
@@ -103,6 +104,7 @@ def check_location(checkout: Path) -> None:
     direct = json.loads(dist.read_text("direct_url.json") or "{}")
     assert not direct.get("dir_info", {}).get("editable"), f"avsr is an editable install: {direct}"
     assert direct.get("url", "").endswith(".whl"), f"avsr was not installed from a wheel: {direct}"
+    assert avsr.__version__ == dist.version, f"avsr.__version__ {avsr.__version__} != wheel {dist.version}"
     log(f"    avsr {dist.version} from {Path(avsr.__file__).parent}")
 
 
@@ -118,6 +120,11 @@ def check_wheel(checkout: Path, wheel: Path) -> None:
     assert not missing, f"{wheel.name} lacks {missing}"
     extra = sorted(n for n in names - modules - data if not n.startswith("avsr-") or ".dist-info/" not in n)
     assert not extra, f"{wheel.name} holds files that are neither modules nor package data: {extra}"
+    licence = [n for n in names if ".dist-info/" in n and n.rsplit("/", 1)[-1] == "LICENSE"]
+    assert licence, f"{wheel.name} lacks the LICENSE file (setup.cfg: license_files)"
+    with zipfile.ZipFile(wheel) as zf:
+        same = zf.read(licence[0]) == (checkout / "LICENSE").read_bytes()
+    assert same, f"{licence[0]} differs from the checkout's LICENSE"
     root = importlib.resources.files("avsr")
     for rel in package_data_files(checkout):
         resource = root.joinpath(*rel.split("/"))

@@ -273,3 +273,27 @@ def test_install_refuses_a_full_disk_in_one_line_before_making_the_venv(tmp_path
     assert len(lines) == 1 and "2 GiB free" in lines[0] and "about 9 GiB" in lines[0], r.stderr
     assert str(tmp_path) in lines[0]
     assert not (tmp_path / ".venv").exists()
+
+
+def test_licence_changelog_and_citation_ship_with_the_distributions():
+    """LICENSE (the Apache License 2.0 text) goes into the wheel and the sdist through license_files,
+    CHANGELOG.md and CITATION.cff into the sdist through MANIFEST.in (scripts/wheel_smoke.sh checks the
+    built wheel); CITATION.cff is CFF 1.2.0 naming this version and the papers the code follows."""
+    import yaml
+
+    licence = (REPO / "LICENSE").read_text(encoding="utf-8")
+    assert licence.split()[:4] == ["Apache", "License", "Version", "2.0,"]
+    assert "END OF TERMS AND CONDITIONS" in licence and len(licence.splitlines()) == 202
+    metadata = setup_cfg()["metadata"]
+    assert metadata["license"] == "Apache-2.0" and metadata["license_files"].split() == ["LICENSE"]
+    manifest = (REPO / "MANIFEST.in").read_text(encoding="utf-8").split()
+    assert {"CHANGELOG.md", "CITATION.cff"} <= set(manifest)
+    assert "## [Unreleased]" in (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    cff = yaml.safe_load((REPO / "CITATION.cff").read_text(encoding="utf-8"))
+    assert cff["cff-version"] == "1.2.0" and cff["license"] == "Apache-2.0"
+    assert {"message", "title", "authors"} <= set(cff)
+    assert str(cff["version"]) == metadata["version"]
+    titles = {ref["title"] for ref in cff["references"]}
+    for words in ("Masked Multimodal Cluster Prediction", "Robust Self-Supervised Audio-Visual",
+                  "ESPnet: End-to-End", "Hybrid CTC/Attention", "Joint CTC/attention decoding"):
+        assert any(words in title for title in titles), words

@@ -18,6 +18,10 @@ Layouts of the original (facebookresearch/av_hubert ``avhubert/hubert.py``, ``hu
 avsr's module names are the original's, so the key mapping is the identity except for the rules listed in
 :data:`KEY_RULES`. Everything in the file is accounted for: a key is mapped, or ignored by a listed rule
 (and reported), or it is an error.
+
+Licence: the official AV-HuBERT checkpoints are Meta's, under the AV-HuBERT License Agreement
+(non-commercial research use only), not under avsr's Apache-2.0 licence; reading, converting or fine-tuning
+one with avsr does not change their terms. The agreement: https://github.com/facebookresearch/av_hubert/blob/main/LICENSE
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ A pretraining checkpoint (``av_hubert``) becomes an ``AVHubertEncoder`` state di
 ``{"encoder_conf": ...}`` as its ``model_config``; a fine-tuned one (``av_hubert_seq2seq``,
 ``av_hubert_ctc``) or an avsr one an ``AVSRModel``'s. The reading and key mapping are :mod:`avsr.compat`'s,
 which imports no model module; this module builds the models, so it lives with them.
+
+Licence: the official checkpoints (and the sentencepiece models published with them) are Meta's, under the
+AV-HuBERT License Agreement (non-commercial research use only), not under avsr's Apache-2.0 licence; a
+converted checkpoint is the same weights under the same terms. The agreement:
+https://github.com/facebookresearch/av_hubert/blob/main/LICENSE
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ def convert(src: str | Path, dst: str | Path, config_out: str | Path | None = No
         FileNotFoundError, avsr.compat.CheckpointError: as :func:`avsr.compat.read_checkpoint`; a
             ``bpemodel_out`` request for a file without a pickled sentencepiece model.
     """
+    from avsr import __version__
     from avsr.compat import CheckpointError, read_checkpoint
     from avsr.config import to_dict
     from avsr.encoder import AVHubertEncoder
@@ -55,7 +61,8 @@ def convert(src: str | Path, dst: str | Path, config_out: str | Path | None = No
         model_config = module.model_config
     dst = Path(dst)
     origin = {"path": str(src), "kind": loaded.kind, "ignored_keys": loaded.ignored}
-    save_atomic({"model": module.state_dict(), "model_config": model_config, "converted_from": origin}, dst)
+    save_atomic({"model": module.state_dict(), "model_config": model_config, "converted_from": origin,
+                 "avsr_version": __version__}, dst)
     config_out = Path(config_out) if config_out is not None else dst.with_suffix(".yaml")
     config_out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(config_out, f"# converted by avsr-convert from {src} ({loaded.kind})\n"

@@ -1,7 +1,9 @@
 """Atomic checkpoint writing, discovery of the last checkpoint, and parameter averaging.
 
 A checkpoint is a ``torch.save`` dict. Writes go to a temporary file in the same directory followed by
-``os.replace``, so an interrupted write never leaves a truncated checkpoint behind.
+``os.replace``, so an interrupted write never leaves a truncated checkpoint behind. The trainer's checkpoints
+record the version of avsr that wrote them (``avsr_version``, :func:`written_by`); checkpoints without it
+(written before avsr recorded it, or by other tools) load all the same.
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
         return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
     except Exception as e:  # torch raises several types for corrupt files
         raise load_error(path, e) from e
+
+
+def written_by(state: dict) -> str | None:
+    """The avsr version recorded in a loaded checkpoint (``avsr_version``), or None where it records none."""
+    version = state.get("avsr_version")
+    return str(version) if version is not None else None
 
 
 def epoch_checkpoints(exp_dir: str | os.PathLike) -> list[tuple[int, Path]]:

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from avsr import __version__
 from avsr.config import ConfigError
 from avsr.data.dataset import (
     AudioAugment,
@@ -39,7 +40,7 @@ from avsr.nn.precision import (
     flush_denormal,
     native_bf16,
 )
-from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic
+from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic, written_by
 from avsr.train.config import TrainConfig
 from avsr.train.curves import TrainingCurves
 
@@ -394,6 +395,9 @@ class Trainer:
         self.epoch, self.step = state["epoch"], state["step"]
         torch.set_rng_state(state["rng_cpu"])
         logger.info("resumed from %s at epoch %d, step %d", path, self.epoch, self.step)
+        if written_by(state) != __version__:  # None: written before avsr recorded its version
+            logger.info("%s was written by avsr %s; this is avsr %s", path,
+                        written_by(state) or "(version not recorded)", __version__)
         return True
 
     def _apply_optimizer_settings(self) -> None:
@@ -513,12 +517,14 @@ class Trainer:
                 "device": str(self.device), "native_bf16": native_bf16(self.device)[1]}
 
     def save(self, valid: dict) -> None:
-        """Write ``epoch<N>.pt`` and ``checkpoint.pt`` atomically and prune old epoch checkpoints."""
+        """Write ``epoch<N>.pt`` and ``checkpoint.pt`` atomically (each records ``avsr_version``) and prune
+        old epoch checkpoints."""
         if not self.is_main:
             return
         model_state = self.model.state_dict()
         meta = {"model_config": self.model_config, "epoch": self.epoch, "step": self.step, "valid": valid,
-                "data_stats": self.data_stats, "precision": self.precision_record()}
+                "data_stats": self.data_stats, "precision": self.precision_record(),
+                "avsr_version": __version__}
         save_atomic({"model": model_state, **meta}, self.exp_dir / f"epoch{self.epoch}.pt")
         save_atomic(
             {
