@@ -182,7 +182,7 @@ def test_the_video_cache_skips_the_video_and_changes_nothing(env, monkeypatch):
     def no_video(*args, **kwargs):
         raise AssertionError("the video was read although it is cached")
 
-    monkeypatch.setattr("avsr.inference.inputs.read_video", no_video)
+    monkeypatch.setattr("avsr.inference.inputs.read_video_frames", no_video)
     second = tr.transcribe_batch(items, noise=env["noise"], snr_db=0.0, video_cache=cache)
     assert [r.tokens for r in first] == [r.tokens for r in plain[None]]
     assert [r.tokens for r in second] == [r.tokens for r in plain[0.0]]
@@ -331,14 +331,18 @@ def test_the_decoding_stage_reports_bad_utterances_and_guards_its_results(env, t
         str(env["utts"][0][1]), str(tmp_path / "gone.wav")))
     assert decode([*args[:9], "video", *args[10:], "--edge-frames", "5,4"]) == 1
     assert "wav.scp: utterance 'spk-gone'" in capsys.readouterr().err
-    # a file that exists but cannot be decoded: listed in failed, scored as all errors
-    (tmp_path / "data/wav.scp").write_text((tmp_path / "data/wav.scp").read_text().replace(
-        str(tmp_path / "gone.wav"), str(env["utts"][0][1])))
+    # a file that exists but cannot be decoded: listed in failed, scored as all errors (an unreadable video
+    # alone would be decoded from the audio: tests/test_video_input.py)
+    scp = (tmp_path / "data/wav.scp").read_text().replace(str(tmp_path / "gone.wav"), str(env["utts"][0][1]))
+    (tmp_path / "data/wav.scp").write_text("".join(
+        f"spk-gone {tmp_path / 'gone.wav'}\n" if line.startswith("spk-gone ") else line
+        for line in scp.splitlines(keepends=True)))
+    (tmp_path / "gone.wav").write_bytes(b"not a wav")
     (tmp_path / "gone.mp4").write_bytes(b"not a video")
     assert decode(args) == 0
     clean = tmp_path / "dec/t/audiovisual/clean"
     failed = (clean / "failed").read_text()
-    assert failed.startswith("spk-gone ") and "gone.mp4" in failed
+    assert failed.startswith("spk-gone ") and "gone.wav" in failed
     hyps = (clean / "hyp").read_text().splitlines()
     assert [h.split()[0] for h in hyps] == [f"spk-u{i}" for i in range(4)]
     rows = {r["noise"]: r for r in collect_decode_dir(tmp_path / "dec")}

@@ -4,12 +4,15 @@ modality and noise condition, into a decode directory.
 For each modality (``audio``, ``video``, ``audiovisual``) and condition (``clean``, then ``<noise>_<snr>`` for
 each SNR when a noise file is given) the stage writes ``<out>/<test_set>/<modality>/<condition>/hyp`` and
 ``ref`` (Kaldi text: ``<utt-id> WORDS``), each atomically, and ``failed`` (``<utt-id> <reason>``) when some
-utterances could not be decoded (they are reported and skipped, the others decoded). A condition whose ``hyp``
-exists is skipped, so an interrupted decoding resumes -- when the settings match: each modality directory
-records them in ``decode_settings.yaml`` (:func:`decode_settings`: model, checkpoints chosen with their sizes
-and times, tokenizer, decoding configuration, data dir, precision; each noisy condition its noise file), and a
-directory holding results made with other settings is refused with the differing keys named
-(:class:`SettingsConflict`), or cleared and decoded anew with ``overwrite`` (:func:`claim`; ``--overwrite``).
+utterances could not be decoded (they are reported and skipped, the others decoded), and ``audio_only``
+(``<utt-id> <reason>``) when some audio-visual utterances were decoded from their audio alone because their
+video could not be used (unreadable, no face, too few frames; their hypotheses are in ``hyp``, and the log
+says how many). A condition whose ``hyp`` exists is skipped, so an interrupted decoding resumes -- when the
+settings match: each modality directory records them in ``decode_settings.yaml`` (:func:`decode_settings`:
+model, checkpoints chosen with their sizes and times, tokenizer, decoding configuration, data dir, precision;
+each noisy condition its noise file), and a directory holding results made with other settings is refused
+with the differing keys named (:class:`SettingsConflict`), or cleared and decoded anew with ``overwrite``
+(:func:`claim`; ``--overwrite``).
 All decoding goes through :class:`avsr.inference.Transcriber` (the same path as ``avsr transcribe`` and Python
 users): the noise segment and the SNR of an utterance are a function of its id, so every run decodes the same
 noisy audio. Each utterance gets the silent edges of the model's training audio where its audio, as mixed for
@@ -310,28 +313,32 @@ def _decode_conditions(job: DecodeJob, settings: dict[str, Any], utts: list[Utte
                 hyps = given[modality]
                 rest = [u for u in utts if u.utt_id not in hyps]  # failed in the audio-visual pass
                 failed: dict[str, str] = {}
+                audio_only: dict[str, str] = {}
                 if rest:
-                    more, failed, _ = _transcribe(job, modality, cond, snr, rest, cache)
+                    more, failed, _, audio_only = _transcribe(job, modality, cond, snr, rest, cache)
                     hyps = {**hyps, **more}
                 logger.info("%s/%s/%s: %d utterances from the audio-visual pass's %s view", job.test_set,
                             modality, cond, len(given[modality]), modality)
             elif modality == "video" and video_hyps is not None and not edges:  # the noise does not reach it
                 hyps, failed = video_hyps
+                audio_only = {}
             else:
                 views = [m for m in from_views if m in todo] if modality == "audiovisual" else []
-                hyps, failed, got = _transcribe(job, modality, cond, snr, utts, cache, views)
+                hyps, failed, got, audio_only = _transcribe(job, modality, cond, snr, utts, cache, views)
                 given.update(got)
             if modality == "video":
                 video_hyps = hyps, failed
-            _write_condition(root / modality / cond, refs, hyps, failed)
+            _write_condition(root / modality / cond, refs, hyps, failed, audio_only)
 
 
 def _transcribe(job: DecodeJob, modality: str, cond: str, snr: float | None, utts: list[Utterance],
                 cache: dict[str, torch.Tensor] | None, views: Sequence[str] = ()
-                ) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, str]]]:
-    """``(hyps, failed, view_hyps)`` of ``utts`` in one modality and condition: ``utt-id -> text`` of those
-    decoded, ``utt-id -> reason`` of those that failed, and with ``views`` (audio-visual input) the named
-    views' hypotheses of the utterances decoded (``{view: {utt-id: text}}``, else empty)."""
+                ) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, str]], dict[str, str]]:
+    """``(hyps, failed, view_hyps, audio_only)`` of ``utts`` in one modality and condition: ``utt-id -> text``
+    of those decoded, ``utt-id -> reason`` of those that failed, with ``views`` (audio-visual input) the
+    named views' hypotheses of the utterances decoded (``{view: {utt-id: text}}``, else empty), and
+    ``utt-id -> reason`` of the audio-visual utterances decoded audio-only because their video could not be
+    used (``Transcript.info["video_fallback"]``; counted in the log)."""
     t0 = time.time()
     results = job.transcriber.transcribe_batch(  # the model is loaded on first use
         utts, modality=modality, noise=job.noise_file if snr is not None else None, snr_db=snr,
@@ -340,18 +347,25 @@ def _transcribe(job: DecodeJob, modality: str, cond: str, snr: float | None, utt
     failed = {r.key: r.error for r in results if not r.ok}
     logger.info("%s/%s/%s: %d utterances in %.1f s (%d failed)", job.test_set, modality, cond, len(hyps),
                 time.time() - t0, len(failed))
+    audio_only = {r.key: r.info["video_fallback"] for r in results if r.ok and "video_fallback" in r.info}
+    if audio_only:
+        first = min(audio_only)
+        logger.warning("%s/%s/%s: %d of %d utterances decoded audio-only: their video could not be used "
+                       "(listed in audio_only; the first: %s: %s)", job.test_set, modality, cond,
+                       len(audio_only), len(results), first, audio_only[first])
     given = {v: {r.key: r.views[v].text for r in results if r.ok and r.views and v in r.views} for v in views}
-    return hyps, failed, given
+    return hyps, failed, given, audio_only
 
 
-def _write_condition(out_dir: Path, refs: dict[str, str], hyps: dict[str, str], failed: dict[str, str]
-                     ) -> None:
-    """``ref``, ``failed`` (removed when none failed) and last ``hyp`` (its presence marks the condition as
-    done) of one condition, each atomic and sorted by key."""
+def _write_condition(out_dir: Path, refs: dict[str, str], hyps: dict[str, str], failed: dict[str, str],
+                     audio_only: dict[str, str]) -> None:
+    """``ref``, ``failed`` and ``audio_only`` (each removed when empty) and last ``hyp`` (its presence marks
+    the condition as done) of one condition, each atomic and sorted by key."""
     out_dir.mkdir(parents=True, exist_ok=True)
     write_kaldi_map(out_dir / "ref", refs)
-    if failed:
-        write_kaldi_map(out_dir / "failed", failed)
-    else:
-        (out_dir / "failed").unlink(missing_ok=True)
+    for name, entries in (("failed", failed), ("audio_only", audio_only)):
+        if entries:
+            write_kaldi_map(out_dir / name, entries)
+        else:
+            (out_dir / name).unlink(missing_ok=True)
     write_kaldi_map(out_dir / "hyp", hyps)

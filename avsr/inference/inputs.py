@@ -34,11 +34,11 @@ from avsr.data.datadir import Utterance
 from avsr.data.media import (
     MediaError,
     pcm16_round_trip,
+    read_audio_aligned,
     read_audio_track,
-    read_video,
-    read_video_rgb,
+    read_video_frames,
     read_wav,
-    video_fps,
+    video_timing,
 )
 from avsr.data.noise import NoiseSource
 from avsr.features import SAMPLES_PER_FRAME
@@ -58,7 +58,7 @@ from avsr.inference.types import (
 from avsr.inference.video_cache import VersionKey, version_key
 
 __all__ = ["collect_media", "VIDEO_SUFFIXES", "as_item", "given_modality", "noise_source", "load_item",
-           "load_video", "load_audio", "warn_low_rate"]
+           "UnusableVideo", "load_video", "load_audio", "warn_low_rate"]
 
 logger = logging.getLogger("avsr.inference")
 
@@ -88,6 +88,26 @@ def collect_media(paths: list[Path]) -> tuple[list[Path], dict[Path, str]]:
         else:
             bad[path] = f"{path}: no such file or folder"
     return files, bad
+
+
+#: audio cut after a video's end is noted (``info["audio_cut_s"]``) when longer than this, in seconds: more
+#: than an AAC encoder's padding of the last frame.
+_CUT_NOTED_S = MAX_FRAME_DIFF / FPS
+
+
+class UnusableVideo(InferenceError):
+    """An item's video exists but gives no frames to decode: an unreadable file or one without a video track,
+    no face for the ROI stage, no frame. :func:`load_item` decodes an audio-visual item with such a video
+    from its audio alone (``info["video_fallback"]``: :attr:`reason`).
+
+    Args:
+        message: the error (names the input; may suggest another modality).
+        reason: the same without the suggestion (default: ``message``).
+    """
+
+    def __init__(self, message: str, reason: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 def _name(source: Any) -> str:
@@ -216,11 +236,14 @@ def noise_source(noise: Any) -> NoiseSource | None:
         raise InferenceError(str(exc)) from exc
 
 
-def _no_face(message: str, name: str, audio_available: bool) -> str:
+def _no_face(message: str, name: str, audio_available: bool) -> UnusableVideo:
+    """The :class:`UnusableVideo` of a ROI stage error (its message named by ``name``; "no face" with audio
+    at hand suggests the audio modality)."""
     text = message if name in message else f"{name}: {message}"
     if "no face" in message and audio_available:
-        text += " (its audio alone can be transcribed with the audio modality: modality='audio')"
-    return text
+        return UnusableVideo(f"{text} (its audio alone can be transcribed with the audio modality: "
+                             "modality='audio')", text)
+    return UnusableVideo(text)
 
 
 def _video_array(item: TranscribeItem) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -235,50 +258,63 @@ def _video_array(item: TranscribeItem) -> tuple[torch.Tensor, dict[str, Any]]:
         try:
             track = extract_mouth_roi(frames, name=key)
         except RoiError as exc:
-            raise InferenceError(_no_face(str(exc), key, item.audio is not None)) from exc
+            raise _no_face(str(exc), key, item.audio is not None) from exc
         return torch.from_numpy(track.frames), {"frames_without_face": track.num_missing}
     if frames.dim() != 3 or min(frames.shape[1:]) < 88:
         raise InferenceError(
             f"{key}: video frames must be ROI frames (T, H, W) with H, W >= 88 (AV-HuBERT: 96x96) or "
             f"RGB face frames (T, H, W, 3), got shape {tuple(frames.shape)}")
     if frames.shape[0] == 0:
-        raise InferenceError(f"{key}: the video has no frame")
+        raise UnusableVideo(f"{key}: the video has no frame")
     return frames, {}
 
 
 def load_video(item: TranscribeItem, work: Path, with_audio: bool
                ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, Any]]:
-    """The video of an item (see the module docstring).
+    """The video of an item (see the module docstring), at 25 fps: a file is read by
+    :func:`avsr.data.media.read_video_frames` (every frame; its timestamps where plausible, else its nominal
+    rate or 25 fps; resampled by time; upright), a ROI mp4 at 25 fps frame for frame as the recipe reads it.
 
     Args:
         item: the item (its ``video`` not None).
         work: where the ROI stage writes the ROI mp4 and wav of a raw face video (created when needed).
-        with_audio: also return the 16 kHz wav the ROI stage writes for the same raw file.
+        with_audio: also return the 16 kHz wav the ROI stage writes for the same raw file (aligned to the
+            video's first frame, cut or zero-padded to 640 samples per frame).
 
     Returns:
         ROI frames ``(T, H, W)`` uint8 at 25 fps, the ``(N,)`` float32 wav (``with_audio`` and a raw video)
-        or None, and facts (``frames_without_face``, ``audio_padded_s``).
+        or None, and facts: ``frames_without_face``, ``audio_padded_s``, ``audio_cut_s`` (audio after the
+        video's end, when above 80 ms), ``audio_offset_s`` (the audio's start minus the video's), and the
+        reader's notes (``video_timestamps_ignored`` with ``video_assumed_fps``, ``video_resampled_from_fps``,
+        ``video_rotated_deg``; :class:`avsr.data.media.VideoFrames`), each only when there is something to
+        say.
 
     Raises:
-        InferenceError: no such or an unreadable file, no video track (or no audio track ``with_audio``), no
-            face, a bad array.
+        UnusableVideo: the file exists but cannot be read as video (unreadable, no video track, no decodable
+            frame), the ROI stage finds no face, an array without frames.
+        InferenceError: no such file, no audio track (``with_audio``), a bad array.
     """
     if not isinstance(item.video, (str, os.PathLike)):
         frames, info = _video_array(item)
         return frames, None, info
     path = Path(item.video)
-    has_audio, size = _streams(path)
+    try:
+        has_audio, size = _streams(path)
+    except InferenceError as exc:
+        if path.is_file():
+            raise UnusableVideo(str(exc)) from exc
+        raise
     if size is None:
-        raise InferenceError(f"{path}: no video track, but the modality needs one (try modality='audio')")
+        raise UnusableVideo(f"{path}: no video track, but the modality needs one (try modality='audio')",
+                            f"{path}: no video track")
     if with_audio and not has_audio:
         raise InferenceError(f"{path}: no audio track, but the modality needs one (try modality='video')")
     if size == (ROI_SIZE, ROI_SIZE):  # a preprocessed mouth ROI
-        if abs(video_fps(path) - FPS) < 0.01:
-            frames = read_video(path)
-        else:  # resampled to 25 fps by timestamp, gray as BT.601 luma
-            rgb = read_video_rgb(path, FPS)[0].to(torch.float32)
-            frames = (rgb @ torch.tensor([0.299, 0.587, 0.114])).round().clamp(0, 255).to(torch.uint8)
-        return frames, None, {}
+        try:
+            video = read_video_frames(path, FPS)
+        except MediaError as exc:
+            raise UnusableVideo(str(exc)) from exc
+        return video.frames, None, dict(video.notes)
     from avsr.data.roi import RoiError, preprocess_video
 
     work.mkdir(parents=True, exist_ok=True)
@@ -286,16 +322,17 @@ def load_video(item: TranscribeItem, work: Path, with_audio: bool
     try:
         stats = preprocess_video(path, mp4, wav_path)
     except RoiError as exc:
-        raise InferenceError(_no_face(str(exc), str(path), has_audio)) from exc
+        raise _no_face(str(exc), str(path), has_audio) from exc
     info = {"frames_without_face": stats.get("frames_without_face")}
-    if stats.get("audio_padded_s"):
-        info["audio_padded_s"] = stats["audio_padded_s"]
-    return read_video(mp4), (read_wav(wav_path) if wav_path is not None else None), info
+    info.update((k, v) for k, v in stats.items() if v and (k.startswith("video_") or k in (
+        "audio_padded_s", "audio_offset_s") or (k == "audio_cut_s" and v > _CUT_NOTED_S)))
+    return (read_video_frames(mp4, FPS).frames, (read_wav(wav_path) if wav_path is not None else None),
+            info)
 
 
 def load_audio(item: TranscribeItem) -> tuple[torch.Tensor, dict[str, Any]]:
     """The 16 kHz waveform ``(N,)`` float32 of an item's audio (see the module docstring) and facts
-    (``resampled_from_hz``).
+    (``resampled_from_hz``; for the audio of a video file, :func:`_video_file_audio`'s).
 
     Raises:
         InferenceError: no such or an unreadable file, no audio track, a bad array or sample rate.
@@ -317,14 +354,49 @@ def load_audio(item: TranscribeItem) -> tuple[torch.Tensor, dict[str, Any]]:
     if not has_audio:
         raise InferenceError(f"{path}: no audio track, but the modality needs one (try modality='video')")
     if size is not None:  # the audio of a video file: as the ROI stage writes it
-        wav = read_audio_track(path, SAMPLE_RATE)
-        num_frames = int(read_video_rgb(path, FPS)[0].shape[0])
-        aligned = torch.zeros(num_frames * SAMPLES_PER_FRAME)
-        n = min(aligned.numel(), wav.numel())
-        aligned[:n] = wav[:n]
-        return pcm16_round_trip(_check_waveform(aligned, key, str(path))), {}
+        wav, info = _video_file_audio(path)
+        return pcm16_round_trip(_check_waveform(wav, key, str(path))), info
     wav, info = _read_audio_file(path)
     return _check_waveform(wav, key, str(path)), info
+
+
+def _video_file_audio(path: Path) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The audio track of a video file as the ROI stage writes it: aligned to the video's first frame
+    (:func:`avsr.data.media.read_audio_aligned`) and cut or zero-padded to 640 samples per frame of the
+    video at 25 fps (:func:`avsr.data.media.video_timing`); facts ``audio_offset_s``, ``audio_padded_s``,
+    ``audio_cut_s`` (each when not 0; the cut when above 80 ms). Where the video cannot be read, or gives
+    too few frames for the audio (:func:`_too_few_frames`), the whole track as decoded, with no facts.
+
+    Returns:
+        float32 ``(N,)`` at 16 kHz and the facts.
+
+    Raises:
+        MediaError: the audio cannot be decoded.
+    """
+    try:
+        video = video_timing(path, FPS)
+        wav, offset = read_audio_aligned(path, video.start_s, SAMPLE_RATE)
+    except MediaError:
+        return read_audio_track(path, SAMPLE_RATE), {}
+    if _too_few_frames(video.num_frames, wav.numel() / SAMPLES_PER_FRAME):
+        return read_audio_track(path, SAMPLE_RATE), {}
+    num_samples = video.num_frames * SAMPLES_PER_FRAME
+    info = {"audio_offset_s": round(offset, 4),
+            "audio_padded_s": max(0, num_samples - wav.numel()) / SAMPLE_RATE,
+            "audio_cut_s": max(0, wav.numel() - num_samples) / SAMPLE_RATE}
+    aligned = torch.zeros(num_samples)
+    n = min(num_samples, wav.numel())
+    aligned[:n] = wav[:n]
+    return aligned, {k: v for k, v in info.items() if v and (k != "audio_cut_s" or v > _CUT_NOTED_S)}
+
+
+def _too_few_frames(num_frames: int, audio_frames: float) -> str | None:
+    """Why a video of ``num_frames`` 25 fps frames cannot go with ``audio_frames`` frames (640 samples) of
+    audio -- fewer than ``MIN_FRAMES``, or fewer than half the audio's -- or None when it can."""
+    if num_frames >= MIN_FRAMES and num_frames >= audio_frames / 2:
+        return None
+    return (f"the video has {num_frames} frame(s) at 25 fps ({num_frames / FPS:.2f} s) for "
+            f"{audio_frames / FPS:.2f} s of audio")
 
 
 def _edges_of(item: TranscribeItem, wav: torch.Tensor | None, edge_frames: EdgeRanges | None,
@@ -358,13 +430,19 @@ def load_item(item: TranscribeItem, inputs: tuple[str, ...], work: Path, *,
         source, snr_db: noise mixed into the audio with the segment chosen by the item's key, or None.
         edge_frames: the wanted edges; their change is found here (``Media.change``), made later.
 
+    An audio-visual item (``inputs`` both streams) whose video cannot be used -- the file exists but cannot
+    be read as video, the ROI stage finds no face (:class:`UnusableVideo`), or it has fewer than
+    ``MIN_FRAMES`` frames or fewer than half the audio's 25 fps frames -- is read for its audio alone, as
+    an audio-only call would read it: ``frames`` None and ``info["video_fallback"]`` the reason (the
+    Transcriber then decodes it audio-only). A video file that does not exist is an error, as ever.
+
     Returns:
         The :class:`avsr.inference.types.Media` (``wav`` only when audio is decoded; ``frames`` None when
-        cached).
+        cached or when the video is not used).
 
     Raises:
-        InferenceError: a stream the modality needs is not given or unreadable, audio and video of
-            different lengths, fewer than ``MIN_FRAMES`` frames.
+        InferenceError: a stream the modality needs is not given or unreadable (but an audio-visual item's
+            video, see above), audio and video of different lengths, fewer than ``MIN_FRAMES`` frames.
     """
     key, info = item.key, {}
     need_audio, need_video = "audio" in inputs, "video" in inputs
@@ -374,28 +452,52 @@ def load_item(item: TranscribeItem, inputs: tuple[str, ...], work: Path, *,
                                  f"modality='{other}')")
     frames = wav = None
     num_frames: int | None = None
+    fallback: str | None = None  # why an audio-visual item's video is not used
+    video_info: dict[str, Any] = {}
     same_file = (need_audio and need_video and isinstance(item.video, (str, os.PathLike))
                  and isinstance(item.audio, (str, os.PathLike))
                  and Path(item.video).resolve() == Path(item.audio).resolve())
     if need_video and same_file and video_cache is None:  # the ROI stage gives the file's audio too
-        frames, wav, video_info = load_video(item, work, with_audio=True)
-        info.update(video_info)
-        num_frames = int(frames.shape[0])
+        try:
+            frames, wav, video_info = load_video(item, work, with_audio=True)
+        except UnusableVideo as exc:
+            fallback = exc.reason
+        if wav is not None:  # the ROI stage's audio is cut to the video: the whole audio's length from that
+            whole = (wav.numel() / SAMPLES_PER_FRAME
+                     + FPS * (video_info.get("audio_cut_s", 0.0) - video_info.get("audio_padded_s", 0.0)))
+            fallback = _too_few_frames(int(frames.shape[0]), whole)
+            if fallback is not None:  # the audio read as an audio-only call reads it
+                wav = None
     if need_audio and wav is None:
         wav, audio_info = load_audio(item)
         info.update(audio_info)
+    if frames is not None and fallback is None:  # the video of the same file, read above
+        fallback = _too_few_frames(int(frames.shape[0]), wav.numel() / SAMPLES_PER_FRAME)
+        num_frames = int(frames.shape[0])
     if wav is not None and source is not None:
         wav = source.mix(wav, snr_db, key=key)
         info.update(noise=source.path, snr_db=snr_db)
     change = _edges_of(item, wav, edge_frames, source, snr_db, info)
     cache_key = version_key(key, change)
-    if need_video and frames is None:
+    if need_video and frames is None and fallback is None:
         if video_cache is not None and cache_key in video_cache:
             num_frames = int(video_cache[cache_key].shape[-1]) - (sum(change) if change else 0)
         else:
-            frames, _, video_info = load_video(item, work, with_audio=False)
-            info.update(video_info)
-            num_frames = int(frames.shape[0])
+            try:
+                frames, _, video_info = load_video(item, work, with_audio=False)
+            except UnusableVideo as exc:
+                if not need_audio:
+                    raise
+                fallback = exc.reason
+            else:
+                if need_audio:
+                    fallback = _too_few_frames(int(frames.shape[0]), wav.numel() / SAMPLES_PER_FRAME)
+                num_frames = int(frames.shape[0])
+    if fallback is None:
+        info.update(video_info)
+    else:  # decoded audio-only, without the video's facts
+        info["video_fallback"] = fallback
+        frames = num_frames = None
     if wav is not None and need_audio:
         num_frames = _check_lengths(item, wav, num_frames, same_file)
     if num_frames < MIN_FRAMES:

@@ -98,13 +98,18 @@ def _by_modality(call: _Call, modality: str | None) -> dict[str, list[int]]:
 
 def _report(out: list[Transcript], strict: bool, narrowband_trained: bool) -> None:
     """The warnings of a :meth:`Transcriber.transcribe_batch` call (narrowband audio, video-only items kept
-    as given, failed items); with ``strict``, InferenceError naming every failed item."""
+    as given, audio-visual items decoded audio-only, failed items); with ``strict``, InferenceError naming
+    every failed item."""
     warn_low_rate(out, narrowband_trained)
     kept = [r.key for r in out if r.info.get("edges_note", "").startswith("no audio")]
     if kept:
         logger.warning("%d video-only input(s) without audio (the first: %s) keep their silent edges: "
                        "give the audio too (modality='video') to decode them as the recipe's decoding "
                        "stage does", len(kept), kept[0])
+    audio_only = [r for r in out if r.ok and "video_fallback" in r.info]
+    if audio_only:
+        logger.warning("%d of %d items decoded audio-only: their video could not be used (the first: %s: %s)",
+                       len(audio_only), len(out), audio_only[0].key, audio_only[0].info["video_fallback"])
     failed = [r for r in out if not r.ok]
     for r in failed:
         logger.warning("%s: %s", r.key, r.error)
@@ -351,7 +356,10 @@ class Transcriber:
 
         Returns:
             One :class:`Transcript` per item, in the order of ``items``; a bad item has ``error`` set (and is
-            logged) unless ``strict``.
+            logged) unless ``strict``. An audio-visual item whose video cannot be used (unreadable, no face,
+            too few frames: :func:`avsr.inference.inputs.load_item`) is decoded from its audio alone: its
+            transcript has ``modality`` ``"audio"`` and ``info["video_fallback"]`` the reason (logged, with
+            the count, in one warning).
 
         Raises:
             InferenceError: with ``strict``, every bad item named; an unknown ``modality``; ``noise`` without
@@ -427,13 +435,17 @@ class Transcriber:
             todo = [(units[j][0], units[j][2] or self._load(call, units[j][0], modality, whole=True))
                     for j in batch]
             todo = [(i, m) for i, m in todo if m is not None]
-            if not todo:
-                continue
-            transcripts = self._decode([m for _, m in todo], modality, call)
-            for (i, m), transcript in zip(todo, transcripts):
-                parts.setdefault(i, []).append((m.offset, transcript))
-                if len(parts[i]) == pieces[i]:
-                    call.done(i, join(call.items[i].key, parts.pop(i)))
+            # an audio-visual item whose video cannot be used is decoded from its audio alone
+            fallback = [(i, m) for i, m in todo if "video_fallback" in m.info]
+            todo = [(i, m) for i, m in todo if "video_fallback" not in m.info]
+            for group, mod in ((todo, modality), (fallback, "audio")):
+                if not group:
+                    continue
+                transcripts = self._decode([m for _, m in group], mod, call)
+                for (i, m), transcript in zip(group, transcripts):
+                    parts.setdefault(i, []).append((m.offset, transcript))
+                    if len(parts[i]) == pieces[i]:
+                        call.done(i, join(call.items[i].key, parts.pop(i)))
 
     @torch.no_grad()
     def _decode(self, units: list[Media], modality: str, call: _Call) -> list[Transcript]:

@@ -85,11 +85,12 @@ class Transcript:
             ``audio_offset_s``, ``video_timestamps_ignored`` with ``video_assumed_fps``,
             ``video_resampled_from_fps``, ``video_rotated_deg``; ``video_fallback``: why an audio-visual
             item's video was not used, it was then decoded audio-only, ``modality`` ``"audio"``;
-            ``resampled_from_hz``, ``noise``, ``snr_db``, ``words_note``, ``edges_changed_frames``, ``edges_note``), what fusion did
-            with audio-visual input whose views were ranked (``audio_gate``: the mean audio gate, near 0 where
-            the model fell back to the lips; ``video_trust``: the video trust gate, near 0 for lips the model
-            takes for someone else's or a frozen mouth; :meth:`avsr.encoder.AVHubertEncoder.gate_means`) and
-            ``warning`` (an input longer than the model's training utterances, audio recorded below 16 kHz).
+            ``resampled_from_hz``, ``noise``, ``snr_db``, ``words_note``, ``edges_changed_frames``,
+            ``edges_note``), what fusion did with audio-visual input whose views were ranked (``audio_gate``:
+            the mean audio gate, near 0 where the model fell back to the lips; ``video_trust``: the video
+            trust gate, near 0 for lips the model takes for someone else's or a frozen mouth;
+            :meth:`avsr.encoder.AVHubertEncoder.gate_means`) and ``warning`` (an input longer than the model's
+            training utterances, audio recorded below 16 kHz).
         error: why the item could not be transcribed, or None.
         views: audio-visual input decoded with ``views=True``
             (:meth:`avsr.inference.Transcriber.transcribe_batch`): the transcripts of the single-stream views
