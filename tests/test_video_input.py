@@ -28,8 +28,8 @@ from avsr.data.media import (
     write_av_video,
     write_video,
 )
-from avsr.inference import TranscribeItem
-from tests.test_inference import _transcriber, env  # noqa: F401  (env is a fixture)
+from avsr.inference import TranscribeItem, Transcriber
+from tests.test_inference import DECODE, _transcriber, env  # noqa: F401  (env is a fixture)
 
 
 def _numbered(num_frames: int, size: int = 96) -> np.ndarray:
@@ -272,6 +272,11 @@ def test_an_unreadable_or_one_frame_video_is_decoded_from_its_audio(env, tmp_pat
     assert out[0].tokens == tr(video=env["utts"][0][0], audio=env["utts"][0][1]).tokens
     assert out[2].tokens == audio_only.tokens
     assert any("1 of 3 items decoded audio-only" in r.getMessage() for r in caplog.records)
+    # a long input cut into pieces: every piece from the audio alone
+    cut = Transcriber(env["models"][0], env["tokenizer"], DECODE, max_segment_s=0.8)
+    pieces = cut(video=garbage, audio=wav)
+    assert pieces.modality == "audio" and len(pieces.info["segments_s"]) > 1
+    assert pieces.tokens == cut(audio=wav).tokens and "garbage.mp4" in pieces.info["video_fallback"]
     # a video that is not there is a mistake to report, and video alone has nothing to fall back on
     assert not tr.transcribe_batch([TranscribeItem(video=tmp_path / "gone.mp4", audio=wav)])[0].ok
     assert not tr.transcribe_batch([TranscribeItem(video=one)])[0].ok
