@@ -11,15 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import avsr
 from avsr.cli import main as avsr_main
-from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.train.checkpoint import load_checkpoint, save_atomic, written_by
-from tests.test_data import WORDS, make_utt
-from tests.test_trainer import make_trainer
+from tests.test_trainer import make_trainer, setup  # noqa: F401  (setup is a fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,17 +54,8 @@ def test_avsr_version_as_a_command():
                                          text=True, timeout=120, cwd=REPO).stdout
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("version")
-    rng = np.random.default_rng(0)
-    texts = [" ".join(rng.choice(WORDS, 6)) for _ in range(4)]
-    tok = Tokenizer(train_sentencepiece(texts * 20, root / "bpe", vocab_size=24))
-    return tok, [make_utt(root, f"s1_{i}", frames=6 + i, text=t) for i, t in enumerate(texts)]
-
-
-def test_every_checkpoint_of_the_trainer_records_the_version(data, tmp_path):
-    tok, utts = data
+def test_every_checkpoint_of_the_trainer_records_the_version(setup, tmp_path):  # noqa: F811
+    tok, utts = setup
     trainer = make_trainer(tok, utts, tmp_path, max_epoch=1)
     trainer.run()
     for name in ("epoch1.pt", "checkpoint.pt"):
@@ -76,8 +64,8 @@ def test_every_checkpoint_of_the_trainer_records_the_version(data, tmp_path):
         assert written_by(state) == avsr.__version__
 
 
-def test_a_checkpoint_without_the_version_still_resumes(data, tmp_path, caplog):
-    tok, utts = data
+def test_a_checkpoint_without_the_version_still_resumes(setup, tmp_path, caplog):  # noqa: F811
+    tok, utts = setup
     make_trainer(tok, utts, tmp_path, max_epoch=1).run()
     path = tmp_path / "checkpoint.pt"
     state = dict(load_checkpoint(path))
