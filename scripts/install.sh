@@ -2,7 +2,8 @@
 # Install everything avsr needs on a fresh Debian machine into ./.venv (run from anywhere).
 #   bash scripts/install.sh          # runtime: Debian packages (festival + voices) and the package
 #   bash scripts/install.sh --video  # also mediapipe + scikit-image (raw face videos: LRS3, avsr transcribe)
-#   bash scripts/install.sh --dev    # also the test tools (pytest, ruff) and the video extras
+#   bash scripts/install.sh --dev    # also the test tools (pytest, ruff, Selenium + Debian's chromium), the
+#                                    # video and demo extras
 # torch/torchaudio are pinned by constraints.txt (the versions CI uses); setup.cfg allows a range.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,6 +25,9 @@ esac
 debs=(festival espeak-ng flite festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts
   festvox-italp16k festvox-itapc16k festvox-czech-dita festvox-czech-krb festvox-czech-machac festvox-czech-ph
   festvox-suopuhe-lj festvox-suopuhe-mv festvox-ru festvox-ca-ona-hts festvox-hi-nsk)
+# --dev: Debian's Chromium and its WebDriver, for the browser test of `avsr demo` (tests/test_demo.py drives
+# them with Selenium; nothing downloads a browser)
+if [ "$extras" = "[dev]" ]; then debs+=(chromium chromium-driver); fi
 missing=()
 for d in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q "install ok installed" || missing+=("$d")

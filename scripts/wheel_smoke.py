@@ -6,10 +6,10 @@ Checks, in order (each prints one ``[smoke]`` line with its time):
 1. ``avsr`` is imported from the fresh environment's site-packages, from a regular (not editable) install
    of the wheel, not from the checkout, and ``avsr.__version__`` is the wheel's version;
 2. the wheel holds every module and every package-data file of the checkout (``avsr/conf/*/*.yaml``,
-   ``avsr/data/assets/*``) and nothing else, the data files are importable resources, and its
-   ``.dist-info`` holds the checkout's ``LICENSE``;
+   ``avsr/data/assets/*``, ``avsr/demo/static/*``) and nothing else, the data files are importable resources,
+   and its ``.dist-info`` holds the checkout's ``LICENSE``;
 3. every module of the package imports (walked with :mod:`pkgutil`); modules that need an optional extra
-   which is not installed (MediaPipe, scikit-image) are skipped and named;
+   which is not installed (MediaPipe, scikit-image, FastAPI) are skipped and named;
 4. ``--help`` of every console script of setup.cfg (each in a process of its own) and of every
    ``avsr <subcommand>`` exits with 0;
 5. each encoder factory builds an encoder that runs a forward pass on a random audio-visual batch (finite
@@ -46,7 +46,9 @@ from pathlib import Path
 
 #: top-level modules of optional extras -> the extra that installs them (setup.cfg extras_require)
 OPTIONAL_MODULES = {"mediapipe": "pip install 'avsr[video]'", "skimage": "pip install 'avsr[video]'",
-                    "espnet": "the ESPnet environment, scripts/install_espnet.sh"}
+                    "espnet": "the ESPnet environment, scripts/install_espnet.sh",
+                    "fastapi": "pip install 'avsr[demo]'", "uvicorn": "pip install 'avsr[demo]'",
+                    "python_multipart": "pip install 'avsr[demo]'"}
 #: a GRID-like sentence, the transcript of the decoded utterance
 SENTENCE = "BIN BLUE AT F TWO NOW"
 
@@ -80,12 +82,12 @@ def under(path: Path, root: Path) -> bool:
 
 
 def package_data_files(checkout: Path) -> list[str]:
-    """Paths (relative to ``avsr/``) of the checkout's package-data files: everything under ``avsr/conf``
-    and ``avsr/data/assets``."""
+    """Paths (relative to ``avsr/``) of the checkout's package-data files: everything under ``avsr/conf``,
+    ``avsr/data/assets`` and ``avsr/demo/static`` (the demo's page)."""
     pkg = checkout / "avsr"
     return sorted(
         p.relative_to(pkg).as_posix()
-        for d in ("conf", "data/assets")
+        for d in ("conf", "data/assets", "demo/static")
         for p in (pkg / d).rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     )
@@ -130,7 +132,7 @@ def check_wheel(checkout: Path, wheel: Path) -> None:
         resource = root.joinpath(*rel.split("/"))
         assert resource.is_file(), f"package data avsr/{rel} is not an importable resource"
         assert resource.read_bytes() == (pkg / rel).read_bytes(), f"avsr/{rel} differs from the checkout"
-    n_assets = sum(1 for n in data if n.startswith("avsr/data/assets/"))
+    n_assets = sum(1 for n in data if not n.startswith("avsr/conf/"))  # data/assets, the demo's page
     log(f"    {wheel.name}: {len(names)} files = {len(modules)} modules, {len(data) - n_assets} configs, "
         f"{n_assets} assets, {len(names) - len(modules) - len(data)} metadata files")
 

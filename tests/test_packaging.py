@@ -67,7 +67,7 @@ def test_every_directory_of_modules_is_a_discovered_package():
 def test_package_data_globs_match_every_config_and_asset():
     globs = package_data_globs()
     matched = {p for pattern in globs for p in PKG.glob(pattern) if p.is_file()}
-    data_files = [p for d in ("conf", "data/assets") for p in (PKG / d).rglob("*")
+    data_files = [p for d in ("conf", "data/assets", "demo/static") for p in (PKG / d).rglob("*")
                   if p.is_file() and "__pycache__" not in p.parts]
     assert any(p.suffix == ".yaml" for p in data_files)
     unmatched = sorted(str(p.relative_to(PKG)) for p in data_files if p not in matched)
