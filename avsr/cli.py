@@ -31,6 +31,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "decode": ("avsr.bin.decode", "decode a test set under every modality and noise condition"),
     "score": ("avsr.bin.score", "WER tables, results.json and plot"),
     "convert": ("avsr.bin.convert", "official AV-HuBERT checkpoint -> avsr checkpoint"),
+    "demo": ("avsr.bin.demo", "a local web page: upload or record audio/video, see the transcripts"),
 }
 
 
