@@ -342,7 +342,7 @@ def _wait_done(driver, timeout: float = 120.0) -> str:
     return status.get_attribute("data-state")
 
 
-def test_the_page_uploads_a_file_and_shows_the_transcribers_transcript(demo, env, server, browser, tmp_path):
+def test_the_page_uploads_a_file_and_shows_the_transcribers_transcript(demo, env, browser, server, tmp_path):
     from selenium.webdriver.common.by import By
 
     mp4, wav = env["utts"][1]
@@ -366,7 +366,7 @@ def test_the_page_uploads_a_file_and_shows_the_transcribers_transcript(demo, env
     assert browser.find_element(By.ID, "roi-card").is_displayed()
 
 
-def test_the_page_records_the_microphone_and_transcribes_it(server, browser):
+def test_the_page_records_the_microphone_and_transcribes_it(browser, server):
     """MediaRecorder's webm/opus from Chromium's fake microphone goes through the endpoint (audio only)."""
     from selenium.webdriver.common.by import By
 
