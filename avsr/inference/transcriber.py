@@ -57,6 +57,7 @@ from avsr.inference.video_cache import video_features as video_features_of
 from avsr.modalities import MODALITY_INPUTS
 from avsr.models.asr import AVSRModel
 from avsr.nn.precision import autocast_context, check_precision, resolve_precision
+from avsr.threads import apply_threads
 
 __all__ = ["Transcriber"]
 
@@ -169,11 +170,16 @@ class Transcriber:
             ``data_stats["narrowband_prob"]`` > 0, see :meth:`from_pretrained`). When False, audio recorded
             below 16 kHz gets a warning (:func:`avsr.inference.inputs.warn_low_rate`).
         decode_overrides: options applied over ``decode_config`` (e.g. ``{"beam_size": 10}``).
+        num_threads: CPU intra-op threads of the process (``torch.set_num_threads``, a process-wide
+            setting): None (default) leaves them as they are (torch's default, or your own
+            ``torch.set_num_threads``); ``"auto"`` chooses them for the machine as it is, the cores other work
+            leaves free (:func:`avsr.threads.apply_threads`, which logs the choice); a count sets it. Ignored
+            on a GPU.
 
     Raises:
         avsr.config.ConfigError: a bad decoding configuration or override (unknown key named).
         ValueError: an unknown precision, bad ``edge_frames`` or ``max_segment_s``, or a search that needs a
-            part the model lacks.
+            part the model lacks; a ``num_threads`` below 1 or another string than ``"auto"``.
     """
 
     def __init__(
@@ -189,6 +195,7 @@ class Transcriber:
         edge_frames: Sequence[int | Sequence[int]] | None = None,
         narrowband_trained: bool = False,
         decode_overrides: Mapping[str, Any] | None = None,
+        num_threads: int | str | None = None,
     ) -> None:
         check_precision(precision)
         self.edge_frames: EdgeRanges | None = (
@@ -196,6 +203,10 @@ class Transcriber:
         if max_segment_s is not None and max_segment_s < MIN_SEGMENT_S:
             raise ValueError(f"max_segment_s must be at least {MIN_SEGMENT_S} s, got {max_segment_s}")
         self.device = torch.device(device)
+        if num_threads is not None and self.device.type == "cpu":
+            if isinstance(num_threads, str) and num_threads != "auto":
+                raise ValueError(f"num_threads must be a count, 'auto' or None, got {num_threads!r}")
+            apply_threads(None if num_threads == "auto" else int(num_threads), source="num_threads")
         self.max_segment_s = max_segment_s
         self.train_max_s = train_max_s
         self.narrowband_trained = bool(narrowband_trained)
@@ -230,6 +241,7 @@ class Transcriber:
         max_segment_s: float | str | None = None,
         edge_frames: Sequence[int | Sequence[int]] | str | None = "model",
         decode_overrides: Mapping[str, Any] | None = None,
+        num_threads: int | str | None = None,
     ) -> Transcriber:
         """A transcriber for an experiment directory or a checkpoint file.
 
@@ -239,7 +251,7 @@ class Transcriber:
                 (:func:`avsr.inference.pretrained.load_pretrained`).
             bpemodel: the sentencepiece model (default: the experiment directory's, the one beside an avsr
                 checkpoint, or the one pickled in an official checkpoint).
-            device, decode_config, precision, batch_frames, decode_overrides: as the class.
+            device, decode_config, precision, batch_frames, decode_overrides, num_threads: as the class.
             average_nbest: checkpoints averaged from an experiment directory.
             max_segment_s: as the class, or ``"model"``: the longest training utterance when the trainer
                 recorded it, else :data:`avsr.inference.segments.DEFAULT_SEGMENT_S` (15 s).
@@ -271,7 +283,7 @@ class Transcriber:
             max_segment_s = train_max_s or DEFAULT_SEGMENT_S
         return cls(model, tokenizer, decode_config, device, precision, batch_frames, max_segment_s,
                    train_max_s, edge_frames, narrowband_trained=bool(stats.get("narrowband_prob")),
-                   decode_overrides=decode_overrides)
+                   decode_overrides=decode_overrides, num_threads=num_threads)
 
     def __call__(
         self,
@@ -465,11 +477,14 @@ class Transcriber:
                 feats = [(made[j] if j in made else cache[k]).transpose(0, 1) for j, k in enumerate(keys)]
                 video_features = pad_sequence(feats, batch_first=True).transpose(1, 2).to(self.device)
             view_hyps: dict[str, list[list[Hypothesis]]] | None = {} if call.want_views else None
+            gates: dict[str, torch.Tensor] = {}
             hyps, ctc_logp, enc_lens = self.searcher.decode(
-                audio, None if video_features is not None else video, lengths, video_features, view_hyps)
+                audio, None if video_features is not None else video, lengths, video_features, view_hyps,
+                gates)
         out = []
         for j, m in enumerate(units):
             t = self._transcript(m, hyps[j], modality)
+            t.info.update({name: round(float(value[j]), 4) for name, value in gates.items()})
             if call.want_words:
                 t.words = self._words(ctc_logp, enc_lens, j, t.tokens, t.info)
             if view_hyps:
