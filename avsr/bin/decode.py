@@ -21,6 +21,7 @@ from avsr.inference import decode_dir, inference_device, parse_edge_frames
 from avsr.inference.decode_dir import DecodeJob, SettingsConflict, decode_test_set
 from avsr.modalities import MODALITY_INPUTS
 from avsr.nn.precision import PRECISIONS
+from avsr.threads import parse_threads
 
 logger = logging.getLogger("avsr.decode")
 
@@ -53,9 +54,10 @@ def _parser() -> argparse.ArgumentParser:
                    "edge_frames): 'model' (the middle half of the training audio's, when the checkpoint "
                    "records them), 'off', or START,END, each a count or a range LO-HI")
     p.add_argument("--ngpu", type=int, default=0)
-    p.add_argument("--num-threads", type=int, default=1,
+    p.add_argument("--num-threads", type=parse_threads, default=1,
                    help="CPU threads (the beam search's small tensor ops run fastest on 1; run test sets in "
-                   "parallel processes instead)")
+                   "parallel processes instead), or 'auto': the cores other work leaves free "
+                   "(avsr.threads)")
     return p
 
 
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int | None:
         p.error(f"--edge-frames: {exc}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-    device = inference_device("cuda" if args.ngpu > 0 else "cpu", args.num_threads)
+    device = inference_device("cuda" if args.ngpu > 0 else "cpu", args.num_threads, source="--num-threads")
     bpemodel = args.bpemodel
     if bpemodel is None and args.exp_dir is not None:
         bpemodel = args.exp_dir / "bpe.model"

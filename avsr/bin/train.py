@@ -23,8 +23,9 @@ label set, ``<name>.km`` with its ``.km.json``) found in both data dirs, and no 
 Usage: ``python -m avsr.bin.train --config conf/train/x.yaml --train-data data/train --valid-data data/valid
 --bpemodel data/token_list/bpe.model --exp-dir exp/x [--train-noise noise.wav] [--ngpu 1]
 [--init-encoder exp/pretrain/epoch10.pt] [--precision auto|fp32|bf16] [--video-precision auto|fp32|bf16]
-[--compile true|false] [--checkpoint-activations true|false]`` (the last four override the YAML's speed
-settings);
+[--compile true|false] [--checkpoint-activations true|false] [--threads N|auto]`` (the four before
+``--threads`` override the YAML's speed settings; ``--threads``, default auto, is the CPU's intra-op threads,
+:mod:`avsr.threads`);
 ``python -m avsr.bin.train --config conf/pretrain/x.yaml --train-data data/train --valid-data data/valid
 --labels iter1.km --exp-dir exp/pretrain_iter1``
 """
@@ -38,6 +39,7 @@ from pathlib import Path
 
 from avsr.bin.runner import tool
 from avsr.nn.precision import PRECISIONS
+from avsr.threads import apply_threads, parse_threads
 from avsr.train.experiment import ExperimentOptions, setup_experiment
 
 
@@ -83,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override compile of the config (torch.compile of the model's heavy parts)")
     p.add_argument("--checkpoint-activations", choices=("true", "false"), default=None,
                    help="override checkpoint_activations of the config (recompute layers in backward)")
+    p.add_argument("--threads", type=parse_threads, default=None, metavar="N|auto",
+                   help="CPU intra-op threads (default auto: OMP_NUM_THREADS if set, else the cores other "
+                        "work leaves free when training starts; avsr.threads); not a training setting")
     return p
 
 
@@ -91,6 +96,9 @@ def main(argv: list[str] | None = None) -> int | None:
     """Command-line entry point (see the module docstring)."""
     args = build_parser().parse_args(argv)
     setup_logging(args.exp_dir / "train.log")
+    threads = args.threads
+    del args.threads  # a property of the machine, not of the experiment (not in config.yaml)
+    apply_threads(threads, source="--threads")  # before the model is built
     for flag in ("compile", "checkpoint_activations"):
         if getattr(args, flag) is not None:
             setattr(args, flag, getattr(args, flag) == "true")

@@ -48,6 +48,7 @@ from avsr.inference import (
 from avsr.inference.segments import MIN_SEGMENT_S
 from avsr.modalities import MODALITY_INPUTS
 from avsr.nn.precision import PRECISIONS
+from avsr.threads import parse_threads
 
 logger = logging.getLogger("avsr.transcribe")
 
@@ -99,7 +100,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
                    help="encoder precision (default fp32: the same WER on every machine; auto: bf16 "
                         "where the device computes it natively)")
-    p.add_argument("--num-threads", type=int, default=1, help="CPU threads")
+    p.add_argument("--num-threads", type=parse_threads, default=1,
+                   help="CPU threads, or 'auto': the cores other work leaves free (avsr.threads)")
     return p
 
 
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int | None:
     if (args.noise is None) != (args.snr_db is None):
         p.error("--noise and --snr-db go together")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    device = inference_device(args.device, args.num_threads)
+    device = inference_device(args.device, args.num_threads, source="--num-threads")
     files, bad = collect_media(args.inputs)
     for reason in bad.values():
         print(f"avsr-transcribe: error: {reason}", file=sys.stderr)

@@ -23,6 +23,7 @@ from avsr.decode.config import default_view_weights
 from avsr.inference.segments import EdgeRanges, stats_edges
 from avsr.inference.types import PathLike
 from avsr.models.asr import AVSRModel
+from avsr.threads import apply_threads
 from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 
 __all__ = ["inference_device", "load_pretrained", "model_defaults", "model_edge_frames", "model_view_weights"]
@@ -30,18 +31,25 @@ __all__ = ["inference_device", "load_pretrained", "model_defaults", "model_edge_
 logger = logging.getLogger("avsr.inference")
 
 
-def inference_device(name: str, num_threads: int = 1) -> torch.device:
+def inference_device(name: str, num_threads: int | None = 1, source: str = "num_threads") -> torch.device:
     """The device to decode on: ``"cpu"`` (with ``num_threads`` intra-op threads: the beam search's small
-    tensor ops run fastest on 1) or ``"cuda"``.
+    tensor ops run fastest on 1; None: as many as the machine has free, :func:`avsr.threads.apply_threads`,
+    which also logs the choice) or ``"cuda"``.
+
+    Args:
+        name: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+        num_threads: CPU intra-op threads, or None to choose them (``OMP_NUM_THREADS`` wins then).
+        source: what gave ``num_threads``, for the log line (e.g. ``"--num-threads"``).
 
     Raises:
         UsageError: ``"cuda"`` where CUDA is not available.
+        ValueError: ``num_threads`` < 1.
     """
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"device {name!r}: CUDA is not available here")
     if device.type == "cpu":
-        torch.set_num_threads(num_threads)
+        apply_threads(num_threads, source=source)
     return device
 
 
