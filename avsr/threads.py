@@ -383,7 +383,9 @@ def apply_threads(num_threads: int | None = None, *, source: str = "num_threads"
     in_effect = _env_wait_policy(os.environ)
     if in_effect is None:  # the runtime's default; PASSIVE can no longer be set
         reason = choice.reason
-        if choice.wait_policy == "PASSIVE":
+        if choice.wait_policy == "PASSIVE" and choice.threads == 1:  # no team: the policy does not matter
+            reason = reason.partition("; PASSIVE as")[0] + " (one thread: no worker waits for another)"
+        elif choice.wait_policy == "PASSIVE":
             reason = reason.replace("; PASSIVE as", "; PASSIVE wanted as") + (
                 ", but torch was loaded before it could be set: set OMP_WAIT_POLICY=PASSIVE before starting "
                 "Python")

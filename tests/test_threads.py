@@ -97,8 +97,13 @@ def test_apply_sets_torchs_threads_and_logs_the_choice_once(machine, caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "avsr.threads"]
     assert len(lines) == 1
     assert lines[0].startswith("1 intra-op thread of 2 usable cores (load 1.0), OpenMP wait policy ")
-    # torch is loaded (by this test process): PASSIVE can no longer be set, and the line says how to get it
-    assert first.wait_policy == "default" and "OMP_WAIT_POLICY=PASSIVE before starting Python" in lines[0]
+    # torch is loaded (by this test process): PASSIVE can no longer be set; one thread never waits for another
+    assert first.wait_policy == "default" and "one thread: no worker waits" in lines[0]
+    machine(4, busy=1.0)
+    with caplog.at_level(logging.INFO, logger="avsr.threads"):
+        three = apply_threads()
+    assert three.threads == 3 and three.wait_policy == "default"  # and the line says how to get PASSIVE
+    assert "OMP_WAIT_POLICY=PASSIVE before starting Python" in caplog.records[-1].getMessage()
 
 
 def test_apply_reports_the_wait_policy_in_effect(machine, monkeypatch):
