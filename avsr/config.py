@@ -38,6 +38,8 @@ import dataclasses
 import difflib
 import functools
 import importlib.resources
+import inspect
+import logging
 import math
 import numbers
 import os
@@ -53,6 +55,7 @@ from typing import Any, TypeVar
 import yaml
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 
 #: the kinds of shipped configuration: the sub-directories of ``avsr/conf``.
 CONFIG_KINDS = ("model", "decode", "train", "pretrain", "finetune")
@@ -191,12 +194,16 @@ def from_dict(cls: type[T], mapping: Mapping[str, Any] | None, where: str = "<di
                           f"{type(mapping).__name__} {mapping!r}")
     mapping = dict(mapping or {})
     check_keys(mapping, {f.name for f in dataclasses.fields(cls)}, where)
-    try:
+    try:  # the mapping against the constructor: a required key missing, a field that is not an argument
+        inspect.signature(cls).bind(**mapping)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {cls.__name__}: {e}") from e
+    try:  # a TypeError raised while the object is built and checked is a bug, not a configuration error
         obj = cls(**mapping)
         if not isinstance(obj, Config):
             check_fields(obj)
         return obj
-    except (TypeError, ValueError) as e:  # ConfigError is a ValueError
+    except ValueError as e:  # ConfigError is a ValueError
         raise ConfigError(f"{where}: {e}") from e
 
 
@@ -320,10 +327,16 @@ def check_fields(obj: Any) -> None:
         object.__setattr__(obj, f.name, value)  # as converted (frozen dataclasses too)
 
 
+@functools.cache
 def _type_hints(cls: type) -> dict[str, Any]:
+    """The resolved annotations of ``cls``; those of a class naming a type that cannot be found (a
+    ``NameError``: e.g. one imported only for type checkers) are not checked, which is logged once per class.
+    Any other failure (a malformed annotation) is raised."""
     try:
         return typing.get_type_hints(cls)
-    except Exception:  # an annotation that cannot be resolved: no type checks for this class
+    except NameError as e:
+        logger.warning("%s.%s: an annotation cannot be resolved (%s); its fields' types are not checked",
+                       cls.__module__, cls.__qualname__, e)
         return {}
 
 

@@ -182,3 +182,58 @@ def test_decode_fields_that_the_chosen_search_ignores_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="max_len_b is not used by search 'espnet'"):
         model.search_config(DecodeConfig(), max_len_b=3)
     assert model.search_config(DecodeConfig(), beam_size=3).beam_size == 3
+
+
+@dataclasses.dataclass
+class _Checked(avsr.config.Config):
+    """A config class whose rule between fields has a bug: it adds a string to a number."""
+
+    size: int = 1
+    name: str = "x"
+
+    def check(self) -> None:
+        if self.size > 1:
+            self.size + self.name  # noqa: B018 -- the bug: a TypeError while the object is checked
+
+
+@dataclasses.dataclass
+class _Required(avsr.config.Config):
+    size: int
+    rate: float = 0.5
+
+
+def test_a_type_error_of_a_check_is_a_bug_not_a_configuration_error():
+    """Only the mapping's own errors are ConfigErrors: a TypeError raised while the object is built and
+    checked (a rule's bug) reaches the caller as what it is."""
+    assert from_dict(_Checked, {"size": 1}, "conf/x.yaml").size == 1
+    with pytest.raises(TypeError) as info:
+        from_dict(_Checked, {"size": 2}, "conf/x.yaml")
+    assert not isinstance(info.value, ConfigError)
+
+
+def test_a_missing_required_key_is_a_configuration_error_naming_it():
+    with pytest.raises(ConfigError, match=r"conf/x.yaml: _Required: .*'size'"):
+        from_dict(_Required, {"rate": 0.1}, "conf/x.yaml")
+    assert from_dict(_Required, {"size": 3}, "conf/x.yaml").size == 3
+
+
+@dataclasses.dataclass
+class _Unresolvable(avsr.config.Config):
+    count: NotImportedAnywhere = 0  # noqa: F821 -- a name only a type checker would know
+
+
+@dataclasses.dataclass
+class _Malformed(avsr.config.Config):
+    count: "int +" = 0  # noqa: F722
+
+
+def test_a_class_whose_types_cannot_be_resolved_says_so(caplog):
+    """A type that cannot be found turns that class's type checks off with a warning naming the class (once);
+    any other failure to read the annotations is raised, never silently skipped."""
+    with caplog.at_level("WARNING", logger="avsr.config"):
+        assert from_dict(_Unresolvable, {"count": "five"}, "x.yaml").count == "five"
+        from_dict(_Unresolvable, {"count": 2}, "x.yaml")
+    warnings = [r for r in caplog.records if "_Unresolvable" in r.getMessage()]
+    assert len(warnings) == 1 and "NotImportedAnywhere" in warnings[0].getMessage()
+    with pytest.raises(SyntaxError):
+        _Malformed(count=1)
