@@ -454,32 +454,6 @@ def english_lexicon() -> PhoneLexicon:
                         name="the GRID lexicon")
 
 
-def grid_diphones(phone_map: PhoneMap) -> dict[str, str]:
-    """Every diphone a voice with ``phone_map`` needs for the GRID sentences -> an example word pair.
-
-    Inside words and across every pair of neighbouring slots (the last phone of one word, the first of the
-    next), with the voice's pause before the first and after the last word.
-    """
-    from avsr.corpora.synthgrid.grammar import SLOTS
-
-    pause = phone_map.target("pau")[0]
-    mapped = {w: phone_map.map(list(p)) for w, p in ENGLISH_PRONUNCIATIONS.items()}
-    needed: dict[str, str] = {}
-    for slot_index, slot in enumerate(SLOTS):
-        for word in slot:
-            seq = mapped[word]
-            for a, b in zip(seq, seq[1:]):
-                needed.setdefault(f"{a}-{b}", word)
-            if slot_index == 0:
-                needed.setdefault(f"{pause}-{seq[0]}", word)
-            if slot_index == len(SLOTS) - 1:
-                needed.setdefault(f"{seq[-1]}-{pause}", word)
-            else:
-                for nxt in SLOTS[slot_index + 1]:
-                    needed.setdefault(f"{seq[-1]}-{mapped[nxt][0]}", f"{word} {nxt}")
-    return needed
-
-
 #: English vowels (their targets are the vowels of a map, for the choice of repair)
 _ENGLISH_VOWELS = ("aa", "ae", "ah", "ao", "aw", "ax", "axr", "ay", "eh", "er", "ey", "ih", "iy", "ow", "oy",
                    "uh", "uw")
