@@ -101,6 +101,24 @@ def test_a_genuine_bug_is_not_hidden(monkeypatch):
         main([])
 
 
+def test_every_mapped_error_class_exists_and_maps_to_its_status():
+    """The exit statuses are mapped from the error classes themselves: a class renamed or moved fails to import
+    here instead of dropping out of the mapping (its errors would then show a traceback)."""
+    from avsr.bin.runner import data_errors, tool, usage_errors
+
+    usage, data = usage_errors(), data_errors()
+    assert len(usage) == 2 and len(data) == 16
+    for cls in (*usage, *data):
+        assert isinstance(cls, type) and issubclass(cls, Exception), cls
+    assert not set(usage) & set(data)
+    for cls, status in [*((c, 2) for c in usage), *((c, 1) for c in data)]:
+        @tool("avsr-x")
+        def main(argv, cls=cls):
+            raise cls("bad input (somewhere)")
+
+        assert main([]) == status, cls
+
+
 def test_an_experiment_refuses_to_resume_with_other_settings(tmp_path):
     import yaml
 

@@ -21,40 +21,43 @@ from collections.abc import Callable
 
 from avsr.config import UsageError  # defined beside ConfigError, so that library code can raise it
 
-__all__ = ["UsageError", "DATA_ERRORS", "USAGE_ERRORS", "tool", "debug_requested"]
+__all__ = ["UsageError", "data_errors", "usage_errors", "tool", "debug_requested"]
 
 
-#: (module, class) of the errors reported as usage/configuration errors (exit status 2).
-USAGE_ERRORS = (("avsr.config", "UsageError"), ("avsr.config", "ConfigError"))
-#: (module, class) of the errors reported as data/runtime errors (exit status 1); OSError too.
-DATA_ERRORS = (
-    ("avsr.data.dataset", "DataError"),
-    ("avsr.data.datadir", "DataDirError"),
-    ("avsr.data.tokenizer", "TokenizerError"),
-    ("avsr.data.lexicon", "LexiconError"),
-    ("avsr.data.media", "MediaError"),
-    ("avsr.data.roi", "RoiError"),
-    ("avsr.data.lrs3", "LRS3Error"),
-    ("avsr.corpora.synthgrid.festival", "FestivalError"),
-    ("avsr.compat.safe_load", "CheckpointError"),
-    ("avsr.inference", "InferenceError"),
-    ("avsr.eval.scoring", "ScoringError"),
-    ("avsr.decode.align", "AlignmentError"),
-    ("avsr.clustering.shards", "FeatureDumpError"),
-    ("avsr.clustering.labels", "LabelError"),
-    ("avsr.clustering.quality", "PhoneAlignmentError"),
-    ("avsr.clustering.quality", "QualityReportError"),
-)
+def usage_errors() -> tuple[type[BaseException], ...]:
+    """The errors reported as usage and configuration errors (exit status 2)."""
+    from avsr.config import ConfigError
+
+    return (UsageError, ConfigError)
 
 
-def _classes(names: tuple[tuple[str, str], ...]) -> tuple[type[BaseException], ...]:
-    """The listed classes of the modules already imported (an error can only come from a loaded module)."""
-    found = []
-    for module, name in names:
-        mod = sys.modules.get(module)
-        if mod is not None and isinstance(getattr(mod, name, None), type):
-            found.append(getattr(mod, name))
-    return tuple(found)
+@functools.cache
+def data_errors() -> tuple[type[BaseException], ...]:
+    """The errors reported as data and runtime errors (exit status 1; :class:`OSError` too).
+
+    Imported when a tool meets an error, not before (their modules import torch, PyAV, jiwer, ...); the
+    classes themselves, so that one renamed or moved fails here (and in ``tests/test_cli_errors.py``) instead
+    of silently dropping out of the mapping.
+    """
+    from avsr.clustering.labels import LabelError
+    from avsr.clustering.quality import PhoneAlignmentError, QualityReportError
+    from avsr.clustering.shards import FeatureDumpError
+    from avsr.compat.safe_load import CheckpointError
+    from avsr.corpora.synthgrid.festival import FestivalError
+    from avsr.data.datadir import DataDirError
+    from avsr.data.dataset import DataError
+    from avsr.data.lexicon import LexiconError
+    from avsr.data.lrs3 import LRS3Error
+    from avsr.data.media import MediaError
+    from avsr.data.roi import RoiError
+    from avsr.data.tokenizer import TokenizerError
+    from avsr.decode.align import AlignmentError
+    from avsr.eval.scoring import ScoringError
+    from avsr.inference.types import InferenceError
+
+    return (DataError, DataDirError, TokenizerError, LexiconError, MediaError, RoiError, LRS3Error,
+            FestivalError, CheckpointError, InferenceError, ScoringError, AlignmentError, FeatureDumpError,
+            LabelError, PhoneAlignmentError, QualityReportError)
 
 
 def debug_requested(argv: list[str]) -> bool:
@@ -93,9 +96,9 @@ def tool(prog: str) -> Callable[[Main], Callable[[list[str] | None], int]]:
             except BaseException as exc:
                 if debug or isinstance(exc, SystemExit):
                     raise
-                if isinstance(exc, _classes(USAGE_ERRORS)):
+                if isinstance(exc, usage_errors()):
                     code = 2
-                elif isinstance(exc, (*_classes(DATA_ERRORS), OSError)):
+                elif isinstance(exc, (*data_errors(), OSError)):
                     code = 1
                 else:
                     raise
