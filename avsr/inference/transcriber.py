@@ -256,8 +256,8 @@ class Transcriber:
             max_segment_s: as the class, or ``"model"``: the longest training utterance when the trainer
                 recorded it, else :data:`avsr.inference.segments.DEFAULT_SEGMENT_S` (15 s).
             edge_frames: as the class, or ``"model"``: the first to third quartile of the silent edges of the
-                model's training audio, from the checkpoint's ``data_stats`` when the trainer recorded them
-                (avsr models trained since 2026-11-26), else None (official checkpoints: inputs as given).
+                model's training audio, from the checkpoint's ``data_stats`` when the trainer recorded them,
+                else None (official checkpoints, older avsr models: inputs as given).
 
         The longest training utterance (``train_max_s`` of the class) and whether the model heard narrowband
         audio (``narrowband_trained``) come from the checkpoint's ``data_stats`` when recorded.
