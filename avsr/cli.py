@@ -22,7 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "preprocess-roi": ("avsr.bin.preprocess_roi", "raw face videos -> mouth ROI mp4 + 16 kHz wav"),
     "prepare-data": ("avsr.bin.prepare_data", "corpus layout -> Kaldi data dirs"),
     "subset-data": ("avsr.bin.subset_data", "a random subset of a data dir"),
-    "edge-test": ("avsr.bin.edge_test", "a test data dir with other silences at the edges"),
+    "edge-test": ("avsr.bin.edge_sets", "a test data dir with other silences at the edges"),
     "tokenizer": ("avsr.bin.tokenizer", "train the sentencepiece tokenizer"),
     "dump-features": ("avsr.bin.dump_features", "features for k-means clustering"),
     "kmeans": ("avsr.bin.kmeans", "fit / apply k-means cluster labels"),

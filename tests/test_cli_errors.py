@@ -35,7 +35,7 @@ TRAIN = ["--train-data", "x", "--valid-data", "y", "--exp-dir", "{d}/exp", "--bp
         ("prepare_data", ["--corpus", "{d}/nope", "--out", "{d}/data"], 1, "avsr-prepare-data", "nope/train"),
         ("subset_data", ["--src", "{d}/nope", "--dst", "{d}/d2", "--percent", "10"], 1, "avsr-subset-data",
          "nope"),
-        ("edge_test", ["--src", "{d}/nope", "--dst", "{d}/d2"], 1, "avsr-edge-test", "nope"),
+        ("edge_sets", ["--src", "{d}/nope", "--dst", "{d}/d2"], 1, "avsr-edge-test", "nope"),
         ("tokenizer", ["--text", "{d}/nope.txt", "--out", "{d}/tok"], 1, "avsr-tokenizer", "nope.txt"),
         ("train", ["--config", "{d}/nope.yaml", *TRAIN], 2, "avsr-train", "nope.yaml"),
         ("train", ["--config", "{d}/badkey.yaml", *TRAIN], 2, "avsr-train", "unknown config key 'lrr'"),
@@ -102,8 +102,8 @@ def test_a_genuine_bug_is_not_hidden(monkeypatch):
 
 
 def test_every_mapped_error_class_exists_and_maps_to_its_status():
-    """The exit statuses are mapped from the error classes themselves: a class renamed or moved fails to import
-    here instead of dropping out of the mapping (its errors would then show a traceback)."""
+    """The exit statuses are mapped from the error classes themselves: a class renamed or moved fails to
+    import here instead of dropping out of the mapping (its errors would then show a traceback)."""
     from avsr.bin.runner import data_errors, tool, usage_errors
 
     usage, data = usage_errors(), data_errors()

@@ -111,10 +111,10 @@ def test_resample_audio_writes_16k_mono_copies(corpus, tmp_path):
 
 
 def test_edge_test_cuts_or_pads_each_end_reproducibly_and_resumes(tmp_path):
-    """avsr.bin.edge_test: each end is cut to the speech (every silent frame) or 10-25 frames longer, audio
+    """avsr.bin.edge_sets: each end is cut to the speech (every silent frame) or 10-25 frames longer, audio
     and video together; the choices are a function of the seed and utterance id; a rerun keeps the media, a
     rerun with other options makes them anew."""
-    from avsr.bin.edge_test import main as edge_test
+    from avsr.bin.edge_sets import main as edge_test
     from avsr.data.datadir import Utterance, write_datadir
     from avsr.data.media import read_video, read_wav
 

@@ -41,7 +41,7 @@ pretrain_set=${pretrain_set:-}      # data of the pretraining stages 5-8 (defaul
 valid_set=${valid_set:-valid}
 test_sets=${test_sets:-test}
 edge_test_sets=${edge_test_sets:-}  # test sets also decoded as <set>_edges: each end cut to the speech or
-                                    #   0.4-1.0 s longer (python -m avsr.bin.edge_test)
+                                    #   0.4-1.0 s longer (python -m avsr.bin.edge_sets)
 untrusted_video_sets=${untrusted_video_sets:-}  # test sets also decoded as <set>_other_lips (another
                                     #   utterance's mouth) and <set>_frozen_mouth (python -m avsr.bin.untrusted_video)
 vocab_size=${vocab_size:-64}        # sentencepiece vocabulary (soft limit)
@@ -157,7 +157,7 @@ stage_datadirs() {
   fi
   local s
   for s in $edge_test_sets; do
-    "$python" -m avsr.bin.edge_test --src "${data_dir}/${s}" --dst "${data_dir}/${s}_edges" --no-progress
+    "$python" -m avsr.bin.edge_sets --src "${data_dir}/${s}" --dst "${data_dir}/${s}_edges" --no-progress
   done
   for s in $untrusted_video_sets; do
     "$python" -m avsr.bin.untrusted_video --src "${data_dir}/${s}" --dst-prefix "${data_dir}/${s}" --no-progress

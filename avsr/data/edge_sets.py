@@ -7,7 +7,7 @@ of each utterance is either cut to the speech (every silent 40 ms frame removed,
 :func:`avsr.features.silent_edges`) or given more frames of silence at the utterance's own noise floor (the
 mouth at rest: the edge video frame repeated), audio and video together (:func:`avsr.features.shift_edges`).
 The choices are a function of the seed and the utterance id only (:func:`edge_change`). See
-:mod:`avsr.bin.edge_test` for the files written.
+:mod:`avsr.bin.edge_sets` for the files written.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from avsr.fileio import write_text_atomic
 
 __all__ = ["edge_change", "make_edge_utterance", "make_edge_test"]
 
-logger = logging.getLogger("avsr.edge_test")
+logger = logging.getLogger("avsr.edge_sets")
 
 
 def edge_change(utt_id: str, silent: tuple[int, int], pad_frames: tuple[int, int],

@@ -15,9 +15,10 @@ and a run with others starts the media over), the data dir files to ``<dst>`` wi
 the new lengths. ``<dst>/edges`` lists what was done to each utterance: ``<utt-id> <start> <end>`` in
 frames (> 0 added, < 0 removed).
 
-See :mod:`avsr.data.edge_test`.
+See :mod:`avsr.data.edge_sets`.
 
-Usage: ``python -m avsr.bin.edge_test --src data/test --dst data/test_edges [--seed 0] [--pad-frames 10 25]``
+Usage: ``avsr edge-test --src data/test --dst data/test_edges [--seed 0] [--pad-frames 10 25]`` (or
+``python -m avsr.bin.edge_sets ...``)
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ import sys
 from pathlib import Path
 
 from avsr.bin.runner import UsageError, tool
-from avsr.data.edge_test import make_edge_test
+from avsr.data.edge_sets import make_edge_test
 
-logger = logging.getLogger("avsr.edge_test")
+logger = logging.getLogger("avsr.edge_sets")
 
 
 @tool("avsr-edge-test")
