@@ -120,7 +120,8 @@ class VideoGate(nn.Module):
     def __init__(self, dim: int, hidden: int = 64, kernel: int = 9) -> None:
         super().__init__()
         if hidden < 1 or kernel < 1 or kernel % 2 == 0:
-            raise ValueError(f"video_gate_hidden must be >= 1 and video_gate_kernel odd, got {hidden}, {kernel}")
+            raise ValueError(f"video_gate_hidden must be >= 1 and video_gate_kernel odd, got {hidden}, "
+                             f"{kernel}")
         self.conv = nn.Conv1d(2 * dim, hidden, kernel, padding=kernel // 2)
         self.act = nn.GELU()
         self.proj = nn.Linear(hidden, 1)

@@ -92,10 +92,10 @@ def untrusted_video(video: torch.Tensor, kind: str, generator: torch.Generator,
 
     Args:
         video: ``(T, H, W)`` uint8 frames at 25 fps.
-        kind: ``other`` -- ``other``'s frames (another utterance's lips), repeated or cut to T; ``frozen`` --
-            one frame drawn uniformly, held for all T frames; ``shift`` -- the frames moved circularly by 10-25
-            frames (0.4-1.0 s) either way (lips out of sync); ``blur`` -- every frame shrunk to 8x8 pixels and
-            scaled back (a mouth without its shape).
+        kind: ``other`` -- ``other``'s frames (another utterance's lips), repeated or cut to T; ``frozen``
+            -- one frame drawn uniformly, held for all T frames; ``shift`` -- the frames moved circularly by
+            10-25 frames (0.4-1.0 s) either way (lips out of sync); ``blur`` -- every frame shrunk to 8x8
+            pixels and scaled back (a mouth without its shape).
         generator: the random stream of the draws.
         other: ``(T', H, W)`` uint8, required for ``other``.
 
@@ -118,8 +118,8 @@ def untrusted_video(video: torch.Tensor, kind: str, generator: torch.Generator,
         return torch.roll(video, sign * step, dims=0)
     if kind == "blur":
         small = F.interpolate(video[:, None].float(), size=(8, 8), mode="area")
-        return F.interpolate(small, size=video.shape[1:], mode="bilinear", align_corners=False)[:, 0].round().to(
-            video.dtype)
+        big = F.interpolate(small, size=video.shape[1:], mode="bilinear", align_corners=False)
+        return big[:, 0].round().to(video.dtype)
     raise ValueError(f"untrusted_video: kind must be one of {list(UNTRUSTED_VIDEO_KINDS)}, got {kind!r}")
 
 
@@ -230,8 +230,8 @@ class AudioAugment:
             raise ValueError(f"untrusted_video_prob must be in [0, 1], got {self.untrusted_video_prob}")
         bad = [k for k in self.untrusted_video_kinds if k not in UNTRUSTED_VIDEO_KINDS]
         if bad or not self.untrusted_video_kinds:
-            raise ValueError(f"untrusted_video_kinds must be a non-empty subset of {list(UNTRUSTED_VIDEO_KINDS)}, "
-                             f"got {list(self.untrusted_video_kinds)}")
+            raise ValueError(f"untrusted_video_kinds must be a non-empty subset of "
+                             f"{list(UNTRUSTED_VIDEO_KINDS)}, got {list(self.untrusted_video_kinds)}")
         if not 0.0 <= self.av_mismatch_prob <= 1.0:
             raise ValueError(f"av_mismatch_prob must be in [0, 1], got {self.av_mismatch_prob}")
         if any(not f > 0 for f in self.speed_factors):

@@ -5,11 +5,11 @@
 audio-visual input of a model with an audio gate, the final ranking with the model's single-stream views
 (:mod:`avsr.decode.rescore`): the fused input's n-best list joined with the video-only view's own, each
 candidate scored ``s_av + g * (video_weight * gv * s_v + audio_weight * s_a)`` (``g``: the utterance's mean
-audio gate, ``gv``: its video trust gate, 1 for a model without one; :meth:`avsr.encoder.AVHubertEncoder.gate_means`).
-Lips that the model takes for another utterance's, or for a frozen mouth, thus lose their say in the ranking as
-they lose it in the fused input. With ``audio_confidence`` above 0 the audio-only
-view's own n-best list joins the candidates too, and its weight shrinks with how unsure the audio-only view is
-of its best hypothesis (:class:`avsr.decode.config.DecodeConfig`): a confidence check that lets clean audio
+audio gate, ``gv``: its video trust gate, 1 for a model without one;
+:meth:`avsr.encoder.AVHubertEncoder.gate_means`). Lips that the model takes for another utterance's, or for a
+frozen mouth, thus lose their say in the ranking as they lose it in the fused input. With
+``audio_confidence`` above 0 the audio-only view's own n-best list joins the candidates too, and its weight
+shrinks with how unsure the audio-only view is of its best hypothesis (:class:`avsr.decode.config.DecodeConfig`): a confidence check that lets clean audio
 outvote lips unlike the training data, and keeps noisy audio from outvoting good lips.
 
 The view weights come from the configuration; where it leaves them None, from the model's ``decode_defaults``
@@ -99,7 +99,8 @@ class Searcher:
     @torch.no_grad()
     def decode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor,
                video_features: Tensor | None = None, views: dict[str, list[list[Hypothesis]]] | None = None,
-               gates: dict[str, Tensor] | None = None) -> tuple[list[list[Hypothesis]], Tensor | None, Tensor]:
+               gates: dict[str, Tensor] | None = None
+               ) -> tuple[list[list[Hypothesis]], Tensor | None, Tensor]:
         """Encode the inputs and search; with both streams and a view weight above 0, rank with the views.
 
         Args:

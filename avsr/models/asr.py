@@ -362,8 +362,8 @@ class AVSRModel(nn.Module):
             loss's device (no host synchronisation; the trainer averages them and reads them once per log
             interval) ``loss``, ``loss_ctc``, ``loss_att``, ``acc`` (attention token accuracy, eos
             included), ``loss_phone`` (phone CTC models only), ``loss_trust`` (the video trust gate's
-            cross-entropy, ``video_gate_weight > 0``, two-stream training batches only); a part the model does not have (CTC-only or
-            attention-only model) is ``nan``. In
+            cross-entropy, ``video_gate_weight > 0``, two-stream training batches only); a part the model
+            does not have (CTC-only or attention-only model) is ``nan``. In
             training, a batch with both streams and more than one of ``av_batch_views`` gives the sum of the
             views' losses (and of their parts) and the mean of their accuracies.
 
