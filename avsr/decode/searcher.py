@@ -9,8 +9,9 @@ audio gate, ``gv``: its video trust gate, 1 for a model without one;
 :meth:`avsr.encoder.AVHubertEncoder.gate_means`). Lips that the model takes for another utterance's, or for a
 frozen mouth, thus lose their say in the ranking as they lose it in the fused input. With
 ``audio_confidence`` above 0 the audio-only view's own n-best list joins the candidates too, and its weight
-shrinks with how unsure the audio-only view is of its best hypothesis (:class:`avsr.decode.config.DecodeConfig`): a confidence check that lets clean audio
-outvote lips unlike the training data, and keeps noisy audio from outvoting good lips.
+shrinks with how unsure the audio-only view is of its best hypothesis
+(:class:`avsr.decode.config.DecodeConfig`): a confidence check that lets clean audio outvote lips unlike the
+training data, and keeps noisy audio from outvoting good lips.
 
 The view weights come from the configuration; where it leaves them None, from the model's ``decode_defaults``
 (a mapping of decoding options that the model configuration carries into its checkpoints, e.g. the SynthGRID
