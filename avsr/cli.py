@@ -23,6 +23,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "prepare-data": ("avsr.bin.prepare_data", "corpus layout -> Kaldi data dirs"),
     "subset-data": ("avsr.bin.subset_data", "a random subset of a data dir"),
     "edge-test": ("avsr.bin.edge_sets", "a test data dir with other silences at the edges"),
+    "untrusted-video": ("avsr.bin.untrusted_video",
+                        "test data dirs with another utterance's lips, a frozen mouth"),
     "tokenizer": ("avsr.bin.tokenizer", "train the sentencepiece tokenizer"),
     "dump-features": ("avsr.bin.dump_features", "features for k-means clustering"),
     "kmeans": ("avsr.bin.kmeans", "fit / apply k-means cluster labels"),
