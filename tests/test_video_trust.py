@@ -9,8 +9,9 @@ import torch
 from avsr.config import ConfigError
 from avsr.data.datadir import Utterance, read_datadir, write_datadir
 from avsr.data.dataset import UNTRUSTED_VIDEO_KINDS, AudioAugment, AVDataset, collate, untrusted_video
+from avsr.data.lip_sets import make_lip_set
 from avsr.data.media import read_video, write_video, write_wav
-from avsr.data.untrusted_sets import make_untrusted_set
+from avsr.data.photo_mouth import mouth_openness, photo_mouth
 from avsr.decode import DecodeConfig
 from avsr.decode.searcher import Searcher
 from avsr.encoder import AVHubertEncoder
@@ -140,6 +141,8 @@ def test_untrusted_video_keeps_the_length_and_loses_the_lips(kind):
     assert not torch.equal(out, video)
     if kind == "other":
         assert torch.equal(out[:11], other) and torch.equal(out[11:22], other)
+    elif kind == "photo":  # the photograph's mouth at the video's size, not the video's own frames
+        assert float((out.float() - video.float()).abs().mean()) > 20
     elif kind == "frozen":
         assert bool((out == out[0]).all()) and any(torch.equal(out[0], f) for f in video)
     elif kind == "shift":
@@ -206,7 +209,7 @@ def test_untrusted_test_sets_keep_the_audio_and_length_and_resume(tmp_path):
     src = tmp_path / "test"
     utts = _corpus(tmp_path, frames=12)
     write_datadir(src, utts)
-    out = make_untrusted_set(src, tmp_path / "test_other_lips", "other_lips")
+    out = make_lip_set(src, tmp_path / "test_other_lips", "other_lips")
     donors = dict(line.split() for line in (tmp_path / "test_other_lips" / "donors").read_text().splitlines())
     by_id = {u.utt_id: u for u in utts}
     for u in out:
@@ -215,13 +218,39 @@ def test_untrusted_test_sets_keep_the_audio_and_length_and_resume(tmp_path):
         frames = read_video(u.video)
         assert frames.shape[0] == 12
         assert abs(float(frames.float().mean()) - 20 * int(donors[u.utt_id].split("_u")[1])) < 3
-    frozen = make_untrusted_set(src, tmp_path / "test_frozen_mouth", "frozen_mouth")
+    frozen = make_lip_set(src, tmp_path / "test_frozen_mouth", "frozen_mouth")
     assert all(read_video(u.video).float().std(dim=0).max() < 3 for u in frozen)
     stamp = {u.utt_id: (tmp_path / "test_frozen_mouth" / "media" / f"{u.utt_id}.mp4").stat().st_mtime_ns
              for u in frozen}
-    again = make_untrusted_set(src, tmp_path / "test_frozen_mouth", "frozen_mouth")
+    again = make_lip_set(src, tmp_path / "test_frozen_mouth", "frozen_mouth")
     assert [u.utt_id for u in again] == [u.utt_id for u in read_datadir(tmp_path / "test_frozen_mouth")]
     assert all((tmp_path / "test_frozen_mouth" / "media" / f"{u}.mp4").stat().st_mtime_ns == t
                for u, t in stamp.items())
     with pytest.raises(ValueError, match="other_lips"):
-        make_untrusted_set(src, tmp_path / "x", "sideways")
+        make_lip_set(src, tmp_path / "x", "sideways")
+
+
+def test_the_photo_mouth_opens_with_the_utterance_mouth():
+    rendered = torch.full((5, 96, 96), 120, dtype=torch.uint8)
+    for i, half in enumerate([1, 3, 6, 10, 3]):  # a dark mouth of growing height, then closing
+        rendered[i, 48 - half : 48 + half, 30:66] = 30
+    openness = mouth_openness(rendered)
+    assert openness.tolist() == pytest.approx([0.0, 2 / 9, 5 / 9, 1.0, 2 / 9], abs=0.02)
+    frames = photo_mouth(openness)
+    assert frames.shape == (5, 96, 96) and frames.dtype == torch.uint8
+    dark = (frames[:, 44:64, 30:66] == 40).float().mean(dim=(1, 2))
+    assert dark[0] < dark[1] < dark[2] < dark[3] and dark[4] == dark[1]  # the open mouth's dark inside
+    torch.testing.assert_close(frames[:, :40], frames[0:1, :40].expand(5, -1, -1))  # above the lips: still
+    assert bool((mouth_openness(rendered[:1].expand(4, -1, -1)) == 0).all())
+    with pytest.raises(ValueError, match="openness"):
+        photo_mouth(openness[None])
+
+
+def test_the_photo_lips_set_moves_the_photograph_with_each_utterance(tmp_path):
+    src = tmp_path / "test"
+    utts = _corpus(tmp_path, n=2, frames=10)
+    write_datadir(src, utts)
+    out = make_lip_set(src, tmp_path / "test_photo_lips", "photo_lips")
+    frames = read_video(out[0].video)
+    assert frames.shape == (10, 96, 96) and out[0].wav == utts[0].wav
+    assert abs(float(frames.float().mean()) - float(photo_mouth(torch.zeros(1)).float().mean())) < 3

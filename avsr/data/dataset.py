@@ -26,6 +26,7 @@ from avsr.data.datadir import Utterance
 from avsr.data.lexicon import PhoneLexicon
 from avsr.data.media import read_video, read_wav
 from avsr.data.noise import NoiseSource, stable_seed
+from avsr.data.photo_mouth import mouth_openness, photo_mouth
 from avsr.data.tokenizer import Tokenizer
 from avsr.features import (
     SAMPLES_PER_FRAME,
@@ -83,7 +84,7 @@ class NoiseConfig:
 
 
 #: the kinds of video that does not say the transcript (:func:`untrusted_video`)
-UNTRUSTED_VIDEO_KINDS = ("other", "frozen", "shift", "blur")
+UNTRUSTED_VIDEO_KINDS = ("other", "frozen", "shift", "blur", "photo")
 
 
 def untrusted_video(video: torch.Tensor, kind: str, generator: torch.Generator,
@@ -95,9 +96,11 @@ def untrusted_video(video: torch.Tensor, kind: str, generator: torch.Generator,
         kind: ``other`` -- ``other``'s frames (another utterance's lips), repeated or cut to T; ``frozen``
             -- one frame drawn uniformly, held for all T frames; ``shift`` -- the frames moved circularly by
             10-25 frames (0.4-1.0 s) either way (lips out of sync); ``blur`` -- every frame shrunk to 8x8
-            pixels and scaled back (a mouth without its shape).
+            pixels and scaled back (a mouth without its shape); ``photo`` -- the mouth of a real photograph
+            moved by ``other``'s mouth (:func:`avsr.data.photo_mouth.photo_mouth`: lips of another look, out
+            of time), at ``video``'s size.
         generator: the random stream of the draws.
-        other: ``(T', H, W)`` uint8, required for ``other``.
+        other: ``(T', H, W)`` uint8, required for ``other`` and ``photo``.
 
     Returns:
         ``(T, H, W)`` uint8.
@@ -106,10 +109,18 @@ def untrusted_video(video: torch.Tensor, kind: str, generator: torch.Generator,
         ValueError: an unknown kind, or ``other`` missing for that kind.
     """
     t = video.shape[0]
-    if kind == "other":
+    if kind in ("other", "photo"):
         if other is None:
-            raise ValueError("untrusted_video: kind 'other' needs the other utterance's frames")
-        return other.repeat(-(-t // max(1, other.shape[0])), 1, 1)[:t]
+            raise ValueError(f"untrusted_video: kind {kind!r} needs the other utterance's frames")
+        other = other.repeat(-(-t // max(1, other.shape[0])), 1, 1)[:t]
+        if kind == "other":
+            return other
+        photo = photo_mouth(mouth_openness(other))
+        if photo.shape[1:] == video.shape[1:]:
+            return photo
+        big = F.interpolate(photo[:, None].float(), size=video.shape[1:], mode="bilinear",
+                            align_corners=False)
+        return big[:, 0].round().clamp(0, 255).to(video.dtype)
     if kind == "frozen":
         return video[int(torch.randint(0, t, (1,), generator=generator))].expand(t, -1, -1).clone()
     if kind == "shift":
@@ -517,7 +528,7 @@ class AVDataset(torch.utils.data.Dataset):
         kinds = aug.untrusted_video_kinds
         kind = kinds[int(torch.randint(0, len(kinds), (1,), generator=g))]
         other = None
-        if kind == "other":
+        if kind in ("other", "photo"):
             if len(self.utts) < 2:
                 kind = "frozen"
             else:

@@ -100,10 +100,12 @@ class TrainConfig(Config):
         envelope_contrast_prob: share of the training utterances that get ``envelope_contrast``.
         untrusted_video_prob: share of the utterances of audio-visual training batches that get video which
             does not say their transcript (another utterance's lips, a frozen or blurred mouth, lips out of
-            sync; per utterance and epoch), see :class:`avsr.data.dataset.AudioAugment`; the target of the
-            video trust gate (``model_conf.video_gate_weight``). Needs modality dropout drawn by the loader,
-            as ``av_mismatch_prob``. 0: none.
-        untrusted_video_kinds: which of those kinds (``other``, ``frozen``, ``shift``, ``blur``).
+            sync, a photograph's mouth moved by another utterance; per utterance and epoch), see
+            :class:`avsr.data.dataset.AudioAugment`; the target of the video trust gate
+            (``model_conf.video_gate_weight``). Needs modality dropout drawn by the loader, as
+            ``av_mismatch_prob``. 0: none.
+        untrusted_video_kinds: which of those kinds (``other``, ``frozen``, ``shift``, ``blur``, ``photo``: a
+            real photograph's mouth moved by another utterance).
         speed_perturb: speed factors drawn uniformly per training utterance and epoch, applied to audio and
             video together (ESPnet's ``speed_perturb_factors``, e.g. ``[0.9, 1.0, 1.1]``; null: none).
         seed: seed of initialisation, data order and augmentation.
@@ -159,8 +161,9 @@ class TrainConfig(Config):
     av_mismatch_prob: float = probability(0.0)
     av_mismatch_noisy_only: bool = False
     untrusted_video_prob: float = probability(0.0)
-    untrusted_video_kinds: list[str] = option(factory=lambda: ["other", "frozen", "shift", "blur"],
-                                              choices=["other", "frozen", "shift", "blur"], non_empty=True)
+    untrusted_video_kinds: list[str] = option(factory=lambda: ["other", "frozen", "shift", "blur", "photo"],
+                                              choices=["other", "frozen", "shift", "blur", "photo"],
+                                              non_empty=True)
     num_freq_mask: int = option(0, ge=0)
     freq_mask_width: int = option(0, ge=0)
     num_time_mask: int = option(0, ge=0)

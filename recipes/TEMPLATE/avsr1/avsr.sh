@@ -7,8 +7,8 @@
 #   3  data dirs            (python -m avsr.bin.prepare_data: Kaldi wav.scp, video.scp, text, utt2spk;
 #                            --finetune-percent P < 100: a labeled subset data/<train_set>_<P>pct;
 #                            --edge-test-sets S: data/<S>_edges, S with other silences at the edges;
-#                            --untrusted-video-sets S: data/<S>_other_lips, data/<S>_frozen_mouth, S with
-#                            video that does not say the transcript)
+#                            --lip-test-sets S: data/<S>_other_lips, data/<S>_frozen_mouth (S with video
+#                            that does not say the transcript), data/<S>_photo_lips (a photograph's mouth))
 #   4  tokenizer            (python -m avsr.bin.tokenizer: sentencepiece model + token list)
 #   5  clustering, iter 1   (--pretrain-iters >= 1: MFCC features, k-means, 100 Hz labels, cluster quality)
 #   6  pretraining, iter 1  (masked multimodal cluster prediction; resumes from its checkpoint.pt)
@@ -42,8 +42,9 @@ valid_set=${valid_set:-valid}
 test_sets=${test_sets:-test}
 edge_test_sets=${edge_test_sets:-}  # test sets also decoded as <set>_edges: each end cut to the speech or
                                     #   0.4-1.0 s longer (python -m avsr.bin.edge_sets)
-untrusted_video_sets=${untrusted_video_sets:-}  # test sets also decoded as <set>_other_lips (another
-                                    #   utterance's mouth) and <set>_frozen_mouth (python -m avsr.bin.untrusted_video)
+lip_test_sets=${lip_test_sets:-}    # test sets also decoded as <set>_other_lips (another utterance's mouth),
+                                    #   <set>_frozen_mouth (one frame held) and <set>_photo_lips (a photograph's
+                                    #   mouth moved by the utterance; python -m avsr.bin.lip_sets)
 vocab_size=${vocab_size:-64}        # sentencepiece vocabulary (soft limit)
 bpemode=${bpemode:-unigram}         # unigram | bpe | char | word
 train_config=${train_config:-}
@@ -99,9 +100,9 @@ for s in $edge_test_sets; do
   [[ " $test_sets " == *" $s "* ]] || { log "--edge-test-sets: ${s} is not one of the test sets (${test_sets})"; exit 1; }
   decode_sets+=" ${s}_edges"
 done
-for s in $untrusted_video_sets; do
-  [[ " $test_sets " == *" $s "* ]] || { log "--untrusted-video-sets: ${s} is not one of the test sets (${test_sets})"; exit 1; }
-  decode_sets+=" ${s}_other_lips ${s}_frozen_mouth"
+for s in $lip_test_sets; do
+  [[ " $test_sets " == *" $s "* ]] || { log "--lip-test-sets: ${s} is not one of the test sets (${test_sets})"; exit 1; }
+  decode_sets+=" ${s}_other_lips ${s}_frozen_mouth ${s}_photo_lips"
 done
 [ "$nnodes" -eq 1 ] || [ -n "$master_addr" ] || { log "--nnodes ${nnodes} needs --master-addr"; exit 1; }
 # the training set of stage 9 (and of the tokenizer): all of train_set or a labeled subset of it
@@ -159,8 +160,8 @@ stage_datadirs() {
   for s in $edge_test_sets; do
     "$python" -m avsr.bin.edge_sets --src "${data_dir}/${s}" --dst "${data_dir}/${s}_edges" --no-progress
   done
-  for s in $untrusted_video_sets; do
-    "$python" -m avsr.bin.untrusted_video --src "${data_dir}/${s}" --dst-prefix "${data_dir}/${s}" --no-progress
+  for s in $lip_test_sets; do
+    "$python" -m avsr.bin.lip_sets --src "${data_dir}/${s}" --dst-prefix "${data_dir}/${s}" --no-progress
   done
 }
 

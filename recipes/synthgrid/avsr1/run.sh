@@ -48,7 +48,7 @@ done
   --corpus-dir "$corpus_dir" \
   --local-data-opts "${corpus_opts[*]}" \
   --train-set train --valid-set valid --test-sets "$test_sets" --edge-test-sets test \
-  --untrusted-video-sets test \
+  --lip-test-sets test \
   --vocab-size 120 --bpemode bpe \
   --train-config conf/train/avsr_synthgrid_cpu.yaml --phone-lexicon "${corpus_dir}/lexicon.txt" \
   --decode-config conf/decode/default.yaml \
