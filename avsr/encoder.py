@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from avsr.autograd import grad_multiply
@@ -97,46 +98,96 @@ class AudioGate(nn.Module):
         return torch.sigmoid(self.proj(x)).transpose(1, 2)
 
 
-class VideoGate(nn.Module):
-    """Trust gate of the video stream (``video_gate``): ``(B, D, T)`` audio and video front-end outputs ->
-    ``(B, 1, 1)`` float gate in (0, 1) that scales the video features before fusion, and its logit ``(B,)``.
+class VideoTrust(NamedTuple):
+    """What :class:`VideoGate` computes for a two-stream batch.
 
-    The gate asks whether the lips belong to the sound: ``l_t = w . GELU(Conv1d([a; v])_t) + b``, a temporal
-    convolution of ``kernel`` frames (odd; 9 frames = 360 ms) over the two streams together, so that it sees
-    whether the mouth moves with the syllables it hears; the utterance's logit is the mean of ``l_t`` over its
-    valid frames (``padding_mask``: ``(B, T)`` bool, True at padding, or None) and the gate its sigmoid.
-    Another utterance's lips, a frozen or blurred mouth, lips shifted in time close it; the model is taught
-    so with such video in training (``AudioAugment.untrusted_video_prob``) and with a binary cross-entropy on
-    the logit (``video_gate_weight`` of :class:`avsr.models.config.ModelConfig`). A closed gate gives
-    exactly the fused input of audio-only input (video features zeroed, the audio gate open), the input that
-    modality dropout trains. ``w`` starts at 0 and ``b`` at +3 (gate 0.95). An avsr extension in the spirit of
-    audio-visual synchronisation (Chung & Zisserman, "Out of time: automated lip sync in the wild", ACCV 2016
-    workshops) and of reliability-weighted stream fusion; it is not in AV-HuBERT.
-
-    Raises:
-        ValueError: ``hidden < 1`` or an even ``kernel``.
+    Attributes:
+        gate: ``(B, 1, 1)`` gate in (0, 1) (the input's dtype) that scales the video features.
+        logit: ``(B,)`` float32, its logit.
+        similarity: ``(B, T, 2K + 1)`` float32 cosine similarity of the audio embedding of frame ``t`` with
+            the video embedding of frame ``t + j - K`` (``K``: ``max_offset``), the synchronisation evidence.
+        valid: ``(B, T, 2K + 1)`` bool, where both frames lie within the utterance.
     """
 
-    def __init__(self, dim: int, hidden: int = 64, kernel: int = 9) -> None:
+    gate: torch.Tensor
+    logit: torch.Tensor
+    similarity: torch.Tensor
+    valid: torch.Tensor
+
+
+class VideoGate(nn.Module):
+    """Trust gate of the video stream (``video_gate``): do the lips belong to the sound?
+
+    ``(B, D, T)`` audio and video front-end outputs -> :class:`VideoTrust`: a gate in (0, 1) per utterance that
+    scales the video features before fusion. Each stream is embedded frame by frame (a temporal convolution
+    of ``kernel`` frames, GELU, a 1x1 convolution, to ``hidden`` channels, unit length), and the audio
+    embedding of every frame is compared with the video embeddings of the frames ``-K..K`` around it (``K``:
+    ``max_offset``, 15 frames = 0.6 s) by cosine similarity, as SyncNet compares the two streams at
+    candidate offsets (Chung & Zisserman, "Out of time: automated lip sync in the wild", ACCV 2016
+    workshops). Lips in sync make the similarity at offset 0 stand out from the others, in clean audio and
+    in noise alike; another utterance's lips, a frozen or blurred mouth, or lips out of sync do not. The
+    logit is a learned linear function of how far the mean similarity at offset 0 lies above the mean and
+    above the largest of the mean similarities at offsets of 3 frames or more, over the utterance's valid
+    frames (``padding_mask``: ``(B, T)`` bool, True at padding, or None). Its weights start at 0 and its bias
+    at +3 (gate 0.95): a new model starts as plain fusion.
+
+    Training (:class:`avsr.models.asr.AVSRModel`, ``video_gate_weight``): a binary cross-entropy of the
+    logit against whether the utterance shows its own lips (``AudioAugment.untrusted_video_prob``), and, for
+    the utterances that do, a contrastive loss that picks offset 0 among the ``2K + 1`` per frame (InfoNCE
+    over ``similarity / 0.1``). A closed gate gives exactly the fused input of audio-only input (the
+    encoder's ``_gated``). An avsr extension; it is not in AV-HuBERT.
+
+    Raises:
+        ValueError: ``hidden < 1``, an even ``kernel`` or ``max_offset < 3``.
+    """
+
+    #: offsets of at least this many frames count as "out of sync" in the logit's features
+    MIN_OFF = 3
+
+    def __init__(self, dim: int, hidden: int = 64, kernel: int = 5, max_offset: int = 15) -> None:
         super().__init__()
-        if hidden < 1 or kernel < 1 or kernel % 2 == 0:
-            raise ValueError(f"video_gate_hidden must be >= 1 and video_gate_kernel odd, got {hidden}, "
-                             f"{kernel}")
-        self.conv = nn.Conv1d(2 * dim, hidden, kernel, padding=kernel // 2)
-        self.act = nn.GELU()
-        self.proj = nn.Linear(hidden, 1)
+        if hidden < 1 or kernel < 1 or kernel % 2 == 0 or max_offset < self.MIN_OFF:
+            raise ValueError(f"video_gate_hidden must be >= 1, video_gate_kernel odd and video_gate_max_offset "
+                             f">= {self.MIN_OFF}, got {hidden}, {kernel}, {max_offset}")
+        self.max_offset = max_offset
+
+        def embedding() -> nn.Sequential:
+            return nn.Sequential(nn.Conv1d(dim, hidden, kernel, padding=kernel // 2), nn.GELU(),
+                                 nn.Conv1d(hidden, hidden, 1))
+
+        self.embed_audio, self.embed_video = embedding(), embedding()
+        self.proj = nn.Linear(2, 1)
         nn.init.zeros_(self.proj.weight)
         nn.init.constant_(self.proj.bias, 3.0)
 
-    def forward(self, audio: torch.Tensor, video: torch.Tensor,
-                padding_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(gate (B, 1, 1), logit (B,))``, the logit in float32."""
-        x = torch.cat([audio, video], dim=1)  # (B, 2D, T)
+    def forward(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None) -> VideoTrust:
+        """See the class; ``audio``, ``video``: ``(B, D, T)``."""
+        b, _, t = audio.shape
+        k = self.max_offset
         if padding_mask is not None:
-            x = x.masked_fill(padding_mask[:, None, :], 0.0)
-        frames = self.proj(self.act(self.conv(x)).transpose(1, 2)).transpose(1, 2)  # (B, 1, T)
-        logit = valid_mean(frames.float(), padding_mask)  # (B, 1, 1)
-        return torch.sigmoid(logit).to(video.dtype), logit[:, 0, 0]
+            audio = audio.masked_fill(padding_mask[:, None, :], 0.0)
+            video = video.masked_fill(padding_mask[:, None, :], 0.0)
+            lens = (~padding_mask).sum(dim=1)
+        else:
+            lens = torch.full((b,), t, dtype=torch.long, device=audio.device)
+        ea = F.normalize(self.embed_audio(audio).float(), dim=1)  # (B, H, T)
+        ev = F.normalize(self.embed_video(video).float(), dim=1)
+        window = F.pad(ev, (k, k)).unfold(2, 2 * k + 1, 1)  # (B, H, T, 2K+1): ev at t + j - K
+        similarity = torch.einsum("bht,bhtj->btj", ea, window)
+        other = torch.arange(t, device=audio.device)[:, None] + torch.arange(-k, k + 1, device=audio.device)
+        valid = ((other >= 0)[None] & (other < lens[:, None, None])
+                 & (torch.arange(t, device=audio.device)[None, :, None] < lens[:, None, None]))
+        count = valid.sum(dim=1)  # (B, 2K+1)
+        mean = (similarity * valid).sum(dim=1) / count.clamp(min=1)  # (B, 2K+1)
+        far = torch.ones(2 * k + 1, dtype=torch.bool, device=audio.device)
+        far[k - self.MIN_OFF + 1 : k + self.MIN_OFF] = False
+        far = far[None] & (count > 0)
+        at_zero = mean[:, k]
+        off_mean = (mean * far).sum(dim=1) / far.sum(dim=1).clamp(min=1)
+        off_max = mean.masked_fill(~far, -2.0).amax(dim=1)
+        features = 10.0 * torch.stack([at_zero - off_mean, at_zero - off_max], dim=1)  # (B, 2)
+        logit = self.proj(features)[:, 0]
+        return VideoTrust(torch.sigmoid(logit).to(video.dtype)[:, None, None], logit, similarity, valid)
 
 
 @dataclass
@@ -174,9 +225,10 @@ class AVHubertEncoderConfig(Config):
         audio_gate_hidden: hidden units of the gate (:class:`AudioGate`; 0: a linear gate).
         video_gate: an avsr extension, off in AV-HuBERT: on two-stream input, scale the video front-end's
             output by a learned trust gate in (0, 1) per utterance (:class:`VideoGate`) that asks whether the
-            lips belong to the sound; the audio gate opens as it closes (fused audio ``a * (1 - gv (1 -
+            lips are in sync with the sound; the audio gate opens as it closes (fused audio ``a * (1 - gv (1 -
             ga))``), so a closed video gate gives exactly the fused input of audio-only input.
-        video_gate_hidden, video_gate_kernel: hidden channels and temporal kernel (frames, odd) of that gate.
+        video_gate_hidden, video_gate_kernel, video_gate_max_offset: embedding channels, temporal kernel
+            (frames, odd) and the largest offset compared (frames) of that gate.
         audio_cmn: an avsr extension, off in AV-HuBERT: subtract each utterance's mean over its valid frames
             from every audio input feature (per dimension) before the audio front-end -- cepstral mean
             normalisation, as Kaldi's per-utterance CMN, of the stacked log filterbanks. It removes the
@@ -210,7 +262,8 @@ class AVHubertEncoderConfig(Config):
     audio_gate_hidden: int = option(0, ge=0)
     video_gate: bool = False
     video_gate_hidden: int = option(64, ge=1)
-    video_gate_kernel: int = option(9, ge=1)
+    video_gate_kernel: int = option(5, ge=1)
+    video_gate_max_offset: int = option(15, ge=3)
     audio_cmn: bool = False
     audio_feat_dim: int = option(104, ge=1)
     resnet_relu_type: str = option("prelu", choices=RESNET_RELU_TYPES)
@@ -239,7 +292,7 @@ class AVEmbedding(NamedTuple):
         olens: ``(B,)`` int64 valid frames per utterance (= ``ilens``; all T when ``ilens`` is None).
         features_pen: scalar float32, mean square of the fused front-end features (AV-HuBERT's
             ``features_pen`` extra loss term).
-        video_gate_logit: ``(B,)`` float32 logit of the video trust gate (``video_gate``) on two-stream
+        video_trust: what the video trust gate computed (:class:`VideoTrust`, ``video_gate``) on two-stream
             input, else None.
     """
 
@@ -247,7 +300,7 @@ class AVEmbedding(NamedTuple):
     padding_mask: torch.Tensor | None
     olens: torch.Tensor
     features_pen: torch.Tensor
-    video_gate_logit: torch.Tensor | None = None
+    video_trust: VideoTrust | None = None
 
 
 class AudioFrontEnd(nn.Module):
@@ -323,8 +376,8 @@ class AVHubertEncoder(nn.Module):
         self.layer_norm = nn.LayerNorm(self.embed_dim)
         self.post_extract_proj = nn.Linear(self.embed_dim, d) if self.embed_dim != d else None
         self.audio_gate = AudioGate(d, config.audio_gate_hidden) if config.audio_gate else None
-        self.video_gate = (VideoGate(d, config.video_gate_hidden, config.video_gate_kernel)
-                           if config.video_gate else None)
+        self.video_gate = (VideoGate(d, config.video_gate_hidden, config.video_gate_kernel,
+                                     config.video_gate_max_offset) if config.video_gate else None)
         self.dropout_input = nn.Dropout(config.dropout_input)
         self.encoder = TransformerEncoder(
             embed_dim=d,
@@ -601,13 +654,13 @@ class AVHubertEncoder(nn.Module):
             feats_audio = self._audio_front_end(audio, padding_mask)  # (B, D, T)
         if video is not None and video_features is None:
             feats_video = self._video_front_end(video, padding_mask)  # (B, D, T)
-        trust_logit = None
+        trust = None
         if feats_audio is None:
             feats_audio = feats_video.new_zeros(b, d, t)
         elif feats_video is None:
             feats_video = feats_audio.new_zeros(b, d, t)
         else:
-            feats_audio, feats_video, trust_logit = self._gated(feats_audio, feats_video, padding_mask)
+            feats_audio, feats_video, trust = self._gated(feats_audio, feats_video, padding_mask)
 
         if self.config.modality_fuse == "concat":
             features = torch.cat([feats_audio, feats_video], dim=1)
@@ -617,20 +670,20 @@ class AVHubertEncoder(nn.Module):
         x = self.layer_norm(features.transpose(1, 2))
         if self.post_extract_proj is not None:
             x = self.post_extract_proj(x)
-        return AVEmbedding(self.dropout_input(x), padding_mask, ilens, features_pen, trust_logit)
+        return AVEmbedding(self.dropout_input(x), padding_mask, ilens, features_pen, trust)
 
     def _gated(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+               ) -> tuple[torch.Tensor, torch.Tensor, VideoTrust | None]:
         """Two-stream ``(B, D, T)`` front-end outputs through the gates: the audio scaled by ``1 - gv (1 -
         ga)`` (``ga``: :class:`AudioGate`, 1 without one), the video by ``gv`` (:class:`VideoGate`, 1 without
-        one); returns them and the video gate's logit ``(B,)`` (None without a video gate)."""
+        one); returns them and what the video gate computed (None without one)."""
         audio_gate = self.audio_gate(audio, video, padding_mask) if self.audio_gate is not None else None
         if self.video_gate is None:
             return (audio if audio_gate is None else audio * audio_gate), video, None
-        trust, logit = self.video_gate(audio, video, padding_mask)
+        trust = self.video_gate(audio, video, padding_mask)
         if audio_gate is not None:
-            audio = audio * (1.0 - trust * (1.0 - audio_gate))
-        return audio, video * trust, logit
+            audio = audio * (1.0 - trust.gate * (1.0 - audio_gate))
+        return audio, video * trust.gate, trust
 
     def gate_means(self, audio: torch.Tensor, video_features: torch.Tensor, ilens: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -664,8 +717,7 @@ class AVHubertEncoder(nn.Module):
         feats_audio = self._audio_front_end(audio, padding_mask)
         audio_gate = video_gate = None
         if self.video_gate is not None:
-            trust, _ = self.video_gate(feats_audio, video_features, padding_mask)
-            video_gate = trust.float()[:, 0, 0]
+            video_gate = self.video_gate(feats_audio, video_features, padding_mask).gate.float()[:, 0, 0]
         if self.audio_gate is not None:
             gate = self.audio_gate(feats_audio, video_features, padding_mask).float()
             if video_gate is not None:

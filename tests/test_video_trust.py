@@ -14,7 +14,7 @@ from avsr.data.media import read_video, write_video, write_wav
 from avsr.data.photo_mouth import mouth_openness, photo_mouth
 from avsr.decode import DecodeConfig
 from avsr.decode.searcher import Searcher
-from avsr.encoder import AVHubertEncoder
+from avsr.encoder import AVHubertEncoder, VideoGate
 from avsr.models import AVSRModel
 from tests.test_beam_search import TINY_DECODER, TINY_ENCODER
 
@@ -27,7 +27,8 @@ LENS = torch.tensor([14, 10, 12])
 def _model(trust_bias: float | None = None, video_gate_weight: float = 0.0, views=("audiovisual",),
            decode_defaults: dict | None = None) -> AVSRModel:
     torch.manual_seed(0)
-    enc = dict(TINY_ENCODER, audio_gate=True, video_gate=True, video_gate_hidden=8, video_gate_kernel=3)
+    enc = dict(TINY_ENCODER, audio_gate=True, video_gate=True, video_gate_hidden=8, video_gate_kernel=3,
+               video_gate_max_offset=4)
     model = AVSRModel.from_config(dict(vocab_size=12, encoder_conf=enc, decoder_conf=TINY_DECODER,
                                        model_conf={"ctc_weight": 0.3, "av_batch_views": list(views),
                                                    "video_gate_weight": video_gate_weight},
@@ -85,7 +86,7 @@ def test_the_gate_means_are_the_gates_fusion_applies_per_utterance():
         feats = model.encoder.encode_video(video, LENS)
         _, trust = model.encoder.gate_means(audio, feats, LENS)
     hook.remove()
-    gate, logit = seen[0]
+    gate, logit = seen[0].gate, seen[0].logit
     torch.testing.assert_close(trust, gate[:, 0, 0])
     torch.testing.assert_close(trust, torch.sigmoid(logit))
     assert float(trust.std()) > 0
@@ -98,6 +99,8 @@ def test_the_gate_means_are_the_gates_fusion_applies_per_utterance():
 def test_video_gate_config_is_checked():
     with pytest.raises(ConfigError, match="video_gate_kernel"):
         AVHubertEncoder(**dict(TINY_ENCODER, video_gate=True, video_gate_kernel=4))
+    with pytest.raises(ConfigError, match="video_gate_max_offset"):
+        AVHubertEncoder(**dict(TINY_ENCODER, video_gate=True, video_gate_max_offset=2))
     with pytest.raises(ConfigError, match="video_gate_weight > 0 needs an encoder with a video gate"):
         AVSRModel.from_config(dict(vocab_size=12, encoder_conf=dict(TINY_ENCODER), decoder_conf=TINY_DECODER,
                                    model_conf={"video_gate_weight": 1.0}))
@@ -114,7 +117,7 @@ def test_training_loss_has_the_gate_cross_entropy_and_leaves_untrusted_rows_out_
     loss, stats = model(audio, video, LENS, ys.masked_fill(ys == 0, -1), ys_lens, None, None, None, trusted)
     with torch.no_grad():  # the parts again by hand, in training mode too (the BatchNorm of the batch)
         feats = model.encoder.encode_video(video, LENS)
-        (enc, lens), logit = model._encode_with_trust(audio, LENS, feats)
+        (enc, lens), gate = model._encode_with_trust(audio, LENS, feats)
         ys_pad = ys.masked_fill(ys == 0, -1)
         ys_, ys_in, ys_out = model._targets(ys_pad, ys_lens)
         fused, _ = model._loss((enc, lens), ys_, ys_lens, ys_in, ys_out)
@@ -122,9 +125,17 @@ def test_training_loss_has_the_gate_cross_entropy_and_leaves_untrusted_rows_out_
         ys_r, ys_in_r, ys_out_r = model._targets(ys_pad[rows], ys_lens[rows])
         video_only = model._loss(model.encode(None, None, LENS[rows], video_features=feats[rows]), ys_r,
                                  ys_lens[rows], ys_in_r, ys_out_r)[0]
-        bce = torch.nn.functional.binary_cross_entropy_with_logits(logit, trusted)
+        bce = torch.nn.functional.binary_cross_entropy_with_logits(gate.logit, trusted)
+        # the contrastive loss: offset 0 (index K = 4) among the valid offsets of every frame of rows 0 and 2
+        nce = []
+        for i in (0, 2):
+            for t in range(int(LENS[i])):
+                z = (gate.similarity[i, t] / 0.1).masked_fill(~gate.valid[i, t], float("-inf"))
+                nce.append(-torch.log_softmax(z, 0)[4])
+        nce = torch.stack(nce).mean()
     torch.testing.assert_close(stats["loss_trust"], bce, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(loss.detach(), fused + video_only + 0.5 * bce, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(stats["loss_sync"], nce, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(loss.detach(), fused + video_only + 0.5 * (bce + nce), atol=1e-4, rtol=1e-4)
 
 
 def _frames(t: int = 30, seed: int = 0) -> torch.Tensor:
@@ -201,8 +212,8 @@ def test_a_model_that_does_not_trust_the_lips_decodes_audio_visual_input_as_audi
     assert [h[0].tokens for h in both] == [h[0].tokens for h in alone]
     assert gates["video_trust"].max() < 1e-6 and gates["audio_gate"].min() > 1 - 1e-6  # what fusion did
     opened = _model(trust_bias=80.0)
-    assert [h[0].tokens for h in Searcher(opened, cfg).decode(audio, video, LENS)[0]] != \
-        [h[0].tokens for h in Searcher(opened, cfg).decode(audio, None, LENS)[0]]
+    scores = [[h[0].score for h in Searcher(opened, cfg).decode(audio, v, LENS)[0]] for v in (video, None)]
+    assert max(abs(a - b) for a, b in zip(*scores)) > 1e-3  # open: the lips count
 
 
 def test_untrusted_test_sets_keep_the_audio_and_length_and_resume(tmp_path):
@@ -254,3 +265,49 @@ def test_the_photo_lips_set_moves_the_photograph_with_each_utterance(tmp_path):
     frames = read_video(out[0].video)
     assert frames.shape == (10, 96, 96) and out[0].wav == utts[0].wav
     assert abs(float(frames.float().mean()) - float(photo_mouth(torch.zeros(1)).float().mean())) < 3
+
+
+def _sync_gate(hidden: int = 4) -> VideoGate:
+    """A gate whose embeddings pass the first ``hidden`` feature channels through, and whose logit is its
+    first feature (offset 0 against the mean of the others) -- the evidence without training."""
+    gate = VideoGate(8, hidden=hidden, kernel=1, max_offset=5)
+    with torch.no_grad():
+        for emb in (gate.embed_audio, gate.embed_video):
+            emb[0].weight.zero_()
+            emb[0].bias.fill_(10.0)  # GELU of x + 10 is about x + 10: linear
+            emb[0].weight[:hidden, :hidden, 0] = torch.eye(hidden)
+            emb[2].weight.zero_()
+            emb[2].bias.fill_(-10.0)
+            emb[2].weight[:, :, 0] = torch.eye(hidden)
+        gate.proj.weight.copy_(torch.tensor([[1.0, 0.0]]))
+        gate.proj.bias.fill_(-0.5)
+    return gate
+
+
+def test_the_video_gate_compares_the_streams_at_each_offset_and_trusts_lips_in_sync():
+    g = torch.Generator().manual_seed(0)
+    t = 40
+    speech = torch.randn(3, 8, t, generator=g)  # each utterance's own content
+    audio = speech.clone()
+    video = torch.stack([speech[0], torch.roll(speech[1], 8, 1), speech[2, :, :1].expand(8, t)])
+    gate = _sync_gate()
+    with torch.no_grad():
+        trust = gate(audio, video, None)
+    k = 5
+    # the similarity of frame t with the video frame t + j - K, exactly
+    torch.testing.assert_close(trust.similarity[0, 10, k], torch.tensor(1.0), atol=1e-4, rtol=0)
+    a = torch.nn.functional.normalize(speech[0, :4, 10], dim=0)
+    v = torch.nn.functional.normalize(speech[0, :4, 12], dim=0)
+    torch.testing.assert_close(trust.similarity[0, 10, k + 2], a @ v, atol=1e-4, rtol=1e-4)
+    assert not bool(trust.valid[0, 2, 0]) and bool(trust.valid[0, 5, 0]) and not bool(trust.valid[0, 38, -1])
+    # in sync: trusted; lips 8 frames late and a frozen mouth: not
+    assert trust.gate[0, 0, 0] > 0.9 and trust.gate[1, 0, 0] < 0.5 and trust.gate[2, 0, 0] < 0.5
+    # babble over the audio lowers every similarity, but offset 0 still stands out
+    noisy = audio + 1.5 * torch.randn(audio.shape, generator=g)
+    with torch.no_grad():
+        assert gate(noisy, video, None).gate[0, 0, 0] > 0.6
+    # padding is ignored: the first utterance alone, padded, gives the same gate
+    padded = torch.cat([audio[:1], torch.zeros(1, 8, 10)], 2), torch.cat([video[:1], torch.zeros(1, 8, 10)], 2)
+    mask = torch.arange(t + 10)[None] >= t
+    with torch.no_grad():
+        torch.testing.assert_close(gate(*padded, mask).logit, trust.logit[:1], atol=1e-5, rtol=1e-5)

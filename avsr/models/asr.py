@@ -45,7 +45,7 @@ from avsr.config import ConfigError, check_keys, config_path, load_yaml, to_dict
 from avsr.decode.config import SearchConfig, search_config
 from avsr.decode.hypothesis import Hypothesis
 from avsr.decode.searcher import Searcher
-from avsr.encoder import AVHubertEncoder
+from avsr.encoder import AVHubertEncoder, VideoTrust
 from avsr.models.config import ASR_KEYS, TOKEN_CONVENTIONS, VIEWS, AVSRModelConfig, ModelConfig
 from avsr.nn.decoder import TransformerDecoder
 from avsr.nn.precision import fp32_context
@@ -361,9 +361,9 @@ class AVSRModel(nn.Module):
             ``loss`` (scalar float32, differentiable) and ``stats``: detached scalar float32 tensors on the
             loss's device (no host synchronisation; the trainer averages them and reads them once per log
             interval) ``loss``, ``loss_ctc``, ``loss_att``, ``acc`` (attention token accuracy, eos
-            included), ``loss_phone`` (phone CTC models only), ``loss_trust`` (the video trust gate's
-            cross-entropy, ``video_gate_weight > 0``, two-stream training batches only); a part the model
-            does not have (CTC-only or attention-only model) is ``nan``. In
+            included), ``loss_phone`` (phone CTC models only), ``loss_trust`` and ``loss_sync`` (the video
+            trust gate's losses, ``video_gate_weight > 0``, two-stream training batches only; not in
+            ``loss``); a part the model does not have (CTC-only or attention-only model) is ``nan``. In
             training, a batch with both streams and more than one of ``av_batch_views`` gives the sum of the
             views' losses (and of their parts) and the mean of their accuracies.
 
@@ -392,13 +392,10 @@ class AVSRModel(nn.Module):
             keep = VIEWS[view]
             view_audio = audio_clean if view == "audiovisual_clean" and audio_clean is not None else audio
             if gate_loss and keep == ("audio", "video"):  # the first two-stream view: the trust gate's loss
-                enc, logit = self._encode_with_trust(view_audio, lengths, video_features)
-                target = torch.ones_like(logit) if video_trusted is None else video_trusted.to(logit)
-                with fp32_context(logit.device):
-                    trust = F.binary_cross_entropy_with_logits(logit.float(), target.float())
-                loss = self.conf.video_gate_weight * trust if loss is None else (
-                    loss + self.conf.video_gate_weight * trust)
-                stats["loss_trust"] = trust.detach()
+                enc, trust = self._encode_with_trust(view_audio, lengths, video_features)
+                gate_terms = self._trust_losses(trust, video_trusted)
+                loss = sum(gate_terms.values()) * self.conf.video_gate_weight + (0.0 if loss is None else loss)
+                stats.update({key: value.detach() for key, value in gate_terms.items()})
                 gate_loss = False
             elif view == "video" and video_trusted is not None and not bool((video_trusted > 0.5).all()):
                 rows = (video_trusted > 0.5).nonzero()[:, 0].to(lengths.device)  # the lips of the transcript
@@ -426,12 +423,30 @@ class AVSRModel(nn.Module):
             stats[key] = stats.get(key, 0.0) + (value / num_views if key == "acc" else value)
 
     def _encode_with_trust(self, audio: Tensor, lengths: Tensor, video_features: Tensor
-                           ) -> tuple[tuple[Tensor, Tensor], Tensor]:
+                           ) -> tuple[tuple[Tensor, Tensor], VideoTrust]:
         """:meth:`encode` of two-stream input (``video_features`` from ``encoder.encode_video``) that also
-        returns the video trust gate's logit ``(B,)`` float32 (:class:`avsr.encoder.VideoGate`)."""
+        returns what the video trust gate computed (:class:`avsr.encoder.VideoTrust`)."""
         emb = self.encoder.embed({"audio": audio, "video": None}, lengths, video_features)
         enc = self.encoder.encoder(emb.x, emb.padding_mask)
-        return (enc.float(), emb.olens.to(enc.device, torch.long)), emb.video_gate_logit
+        return (enc.float(), emb.olens.to(enc.device, torch.long)), emb.video_trust
+
+    @staticmethod
+    def _trust_losses(trust: VideoTrust, video_trusted: Tensor | None) -> dict[str, Tensor]:
+        """The video trust gate's losses (``video_gate_weight``): ``loss_trust``, the binary cross-entropy of
+        its logit against ``video_trusted`` ``(B,)`` (None: all 1), and ``loss_sync``, for the rows that show
+        their own lips, the cross-entropy of picking offset 0 among the gate's ``2K + 1`` offsets per valid
+        frame from ``similarity / 0.1`` (InfoNCE), averaged over those frames; float32 scalars."""
+        target = torch.ones_like(trust.logit) if video_trusted is None else video_trusted.to(trust.logit)
+        with fp32_context(trust.logit.device):
+            bce = F.binary_cross_entropy_with_logits(trust.logit.float(), target.float())
+            k = trust.similarity.shape[2] // 2
+            frames = trust.valid[:, :, k] & (target[:, None] > 0.5)  # (B, T): own lips, within the utterance
+            logits = (trust.similarity / 0.1).masked_fill(~trust.valid, float("-inf"))[frames]  # (N, 2K+1)
+            if logits.shape[0] == 0:
+                sync = logits.sum()  # 0, attached to the graph
+            else:
+                sync = F.cross_entropy(logits, torch.full((logits.shape[0],), k, device=logits.device))
+        return {"loss_trust": bce, "loss_sync": sync}
 
     def _loss(self, encoded: tuple[Tensor, Tensor], ys: Tensor, ys_lens: Tensor, ys_in: Tensor,
               ys_out: Tensor, phones: tuple[Tensor, Tensor] | None = None

@@ -68,12 +68,14 @@ class AVSRModelConfig(Config):
             ``avsr.bin.train --phone-lexicon``). 0 (default): no phone head.
         phone_vocab_size: output size of the phone head (the lexicon's phones plus the CTC blank, id 0); the
             trainer sets it from the lexicon; required when ``phone_ctc_weight > 0``.
-        video_gate_weight: weight of a binary cross-entropy between the logit of the encoder's video trust
-            gate (``encoder_conf.video_gate``, :class:`avsr.encoder.VideoGate`) and whether each utterance of
-            an audio-visual training batch shows its own lips (``video_trusted`` of the batch, 0 for the
-            uninformative video of ``untrusted_video_prob``), added to the loss once per batch. Such
-            utterances are also left out of the ``video`` view's loss (their lips do not say the
-            transcript). 0 (default): no such loss; needs an encoder with a video gate when above 0.
+        video_gate_weight: weight of the losses of the encoder's video trust gate
+            (``encoder_conf.video_gate``, :class:`avsr.encoder.VideoGate`), added once per two-stream batch:
+            a binary cross-entropy between its logit and whether each utterance shows its own lips
+            (``video_trusted`` of the batch, 0 for the uninformative video of ``untrusted_video_prob``), and
+            for the utterances that do, a contrastive loss that finds the audio's frame among the video's
+            frames around it (InfoNCE over the gate's offsets). Utterances without their own lips are also
+            left out of the ``video`` view's loss (their lips do not say the transcript). 0 (default): no
+            such loss; needs an encoder with a video gate when above 0.
     """
 
     ctc_weight: float = probability(0.3)
