@@ -118,9 +118,9 @@ class VideoTrust(NamedTuple):
 class VideoGate(nn.Module):
     """Trust gate of the video stream (``video_gate``): do the lips belong to the sound?
 
-    ``(B, D, T)`` audio and video front-end outputs -> :class:`VideoTrust`: a gate in (0, 1) per utterance that
-    scales the video features before fusion. Each stream is embedded frame by frame (a temporal convolution
-    of ``kernel`` frames, GELU, a 1x1 convolution, to ``hidden`` channels, unit length), and the audio
+    ``(B, D, T)`` audio and video front-end outputs -> :class:`VideoTrust`: a gate in (0, 1) per utterance
+    that scales the video features before fusion. Each stream is embedded frame by frame (a temporal
+    convolution of ``kernel`` frames, GELU, a 1x1 convolution, to ``hidden`` channels, unit length), and the audio
     embedding of every frame is compared with the video embeddings of the frames ``-K..K`` around it (``K``:
     ``max_offset``, 15 frames = 0.6 s) by cosine similarity, as SyncNet compares the two streams at
     candidate offsets (Chung & Zisserman, "Out of time: automated lip sync in the wild", ACCV 2016
@@ -147,8 +147,8 @@ class VideoGate(nn.Module):
     def __init__(self, dim: int, hidden: int = 64, kernel: int = 5, max_offset: int = 15) -> None:
         super().__init__()
         if hidden < 1 or kernel < 1 or kernel % 2 == 0 or max_offset < self.MIN_OFF:
-            raise ValueError(f"video_gate_hidden must be >= 1, video_gate_kernel odd and video_gate_max_offset "
-                             f">= {self.MIN_OFF}, got {hidden}, {kernel}, {max_offset}")
+            raise ValueError(f"video_gate_hidden must be >= 1, video_gate_kernel odd and "
+                             f"video_gate_max_offset >= {self.MIN_OFF}, got {hidden}, {kernel}, {max_offset}")
         self.max_offset = max_offset
 
         def embedding() -> nn.Sequential:
@@ -160,7 +160,8 @@ class VideoGate(nn.Module):
         nn.init.zeros_(self.proj.weight)
         nn.init.constant_(self.proj.bias, 3.0)
 
-    def forward(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None) -> VideoTrust:
+    def forward(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None
+                ) -> VideoTrust:
         """See the class; ``audio``, ``video``: ``(B, D, T)``."""
         b, _, t = audio.shape
         k = self.max_offset

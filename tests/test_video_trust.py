@@ -307,7 +307,8 @@ def test_the_video_gate_compares_the_streams_at_each_offset_and_trusts_lips_in_s
     with torch.no_grad():
         assert gate(noisy, video, None).gate[0, 0, 0] > 0.6
     # padding is ignored: the first utterance alone, padded, gives the same gate
-    padded = torch.cat([audio[:1], torch.zeros(1, 8, 10)], 2), torch.cat([video[:1], torch.zeros(1, 8, 10)], 2)
+    zeros = torch.zeros(1, 8, 10)
+    padded = torch.cat([audio[:1], zeros], 2), torch.cat([video[:1], zeros], 2)
     mask = torch.arange(t + 10)[None] >= t
     with torch.no_grad():
         torch.testing.assert_close(gate(*padded, mask).logit, trust.logit[:1], atol=1e-5, rtol=1e-5)

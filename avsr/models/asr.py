@@ -394,7 +394,8 @@ class AVSRModel(nn.Module):
             if gate_loss and keep == ("audio", "video"):  # the first two-stream view: the trust gate's loss
                 enc, trust = self._encode_with_trust(view_audio, lengths, video_features)
                 gate_terms = self._trust_losses(trust, video_trusted)
-                loss = sum(gate_terms.values()) * self.conf.video_gate_weight + (0.0 if loss is None else loss)
+                gate_loss_sum = sum(gate_terms.values()) * self.conf.video_gate_weight
+                loss = gate_loss_sum if loss is None else loss + gate_loss_sum
                 stats.update({key: value.detach() for key, value in gate_terms.items()})
                 gate_loss = False
             elif view == "video" and video_trusted is not None and not bool((video_trusted > 0.5).all()):
