@@ -120,9 +120,9 @@ class VideoGate(nn.Module):
 
     ``(B, D, T)`` audio and video front-end outputs -> :class:`VideoTrust`: a gate in (0, 1) per utterance
     that scales the video features before fusion. Each stream is embedded frame by frame (a temporal
-    convolution of ``kernel`` frames, GELU, a 1x1 convolution, to ``hidden`` channels, unit length), and the audio
-    embedding of every frame is compared with the video embeddings of the frames ``-K..K`` around it (``K``:
-    ``max_offset``, 15 frames = 0.6 s) by cosine similarity, as SyncNet compares the two streams at
+    convolution of ``kernel`` frames, GELU, a 1x1 convolution, to ``hidden`` channels, unit length), and the
+    audio embedding of every frame is compared with the video embeddings of the frames ``-K..K`` around it
+    (``K``: ``max_offset``, 15 frames = 0.6 s) by cosine similarity, as SyncNet compares the two streams at
     candidate offsets (Chung & Zisserman, "Out of time: automated lip sync in the wild", ACCV 2016
     workshops). Lips in sync make the similarity at offset 0 stand out from the others, in clean audio and
     in noise alike; another utterance's lips, a frozen or blurred mouth, or lips out of sync do not. The
