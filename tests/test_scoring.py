@@ -145,3 +145,15 @@ def test_cli_module_entry_point(tmp_path):
         check=True,
     )
     assert res.stdout.strip().splitlines()[-1].endswith("results.json")
+
+
+def test_audio_visual_utterances_decoded_from_their_audio_alone_are_counted(tmp_path):
+    decode = make_decode_dir(tmp_path / "decode")
+    (decode / "test" / "audiovisual" / "babble_0" / "audio_only").write_text("s1_b video has 1 frame(s)\n")
+    rows = collect_decode_dir(decode)
+    counted = {(r["modality"], r["snr_db"]): r["num_audio_only"] for r in rows}
+    assert counted[("audiovisual", 0)] == 1 and sum(counted.values()) == 1
+    write_results(tmp_path / "exp", rows)
+    md = (tmp_path / "exp" / "RESULTS.md").read_text()
+    assert "**1 audio-visual utterance decodings used the audio alone**" in md
+    assert "| audiovisual | babble | 0 | 40.00 | 1 | 1 | 2 | 10 | 3 | 0 | 1 |" in md

@@ -172,7 +172,8 @@ def score_condition(
     Returns:
         A results row: ``test_set, modality, noise, snr_db (None when clean), wer`` (percent),
         ``num_words, num_utts, sub, del, ins, num_failed`` (utterances that could not be decoded, counted
-        as empty hypotheses).
+        as empty hypotheses), ``num_audio_only`` (audio-visual utterances decoded from their audio alone
+        because their video could not be used: the condition's ``audio_only`` file).
 
     Raises:
         ScoringError: missing hyp/ref file, unreadable file, missing/extra utterance, no reference word.
@@ -196,6 +197,8 @@ def score_condition(
                            f"in {hyp}")
     # an utterance that could not be decoded counts as an empty hypothesis: all its words deleted
     hyps.update(dict.fromkeys(failed, ""))
+    audio_only_file = cond_dir / "audio_only"
+    audio_only = read_transcripts(audio_only_file) if audio_only_file.is_file() else {}
     counts = word_errors(read_transcripts(ref), hyps, where=f"{hyp} vs {ref}")
     if counts["num_words"] == 0:
         raise ScoringError(f"{ref}: references have no words, WER undefined")
@@ -208,6 +211,7 @@ def score_condition(
         "wer": round(100.0 * errors / counts["num_words"], 4),
         **counts,
         "num_failed": len(failed),
+        "num_audio_only": len(audio_only),
     }
 
 
@@ -389,19 +393,24 @@ def format_results_md(rows: list[dict[str, Any]], env: Mapping[str, str], title:
             )
         lines += [
             "",
-            "| modality | noise | SNR (dB) | WER (%) | sub | del | ins | words | utts | failed |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| modality | noise | SNR (dB) | WER (%) | sub | del | ins | words | utts | failed | audio only |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in sub:
             lines.append(
                 f"| {r['modality']} | {r['noise']} | {_fmt_snr(r['snr_db'])} | {r['wer']:.2f} | "
                 f"{r.get('sub', '-')} | {r.get('del', '-')} | {r.get('ins', '-')} | {r['num_words']} | "
-                f"{r['num_utts']} | {r.get('num_failed', 0)} |"
+                f"{r['num_utts']} | {r.get('num_failed', 0)} | {r.get('num_audio_only', 0)} |"
             )
         failed = sum(r.get("num_failed", 0) for r in sub)
         if failed:
             lines += ["", f"**{failed} utterance decodings failed** (listed in the `failed` files of the "
                       "decode directory); each counts as an empty hypothesis, all its words deleted."]
+        fallback = sum(r.get("num_audio_only", 0) for r in sub)
+        if fallback:
+            lines += ["", f"**{fallback} audio-visual utterance decodings used the audio alone**: their video "
+                      "could not be used (listed with the reason in the `audio_only` files of the decode "
+                      "directory)."]
         lines.append("")
     if extra_md.strip():
         lines += [extra_md.strip(), ""]
