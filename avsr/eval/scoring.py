@@ -393,7 +393,8 @@ def format_results_md(rows: list[dict[str, Any]], env: Mapping[str, str], title:
             )
         lines += [
             "",
-            "| modality | noise | SNR (dB) | WER (%) | sub | del | ins | words | utts | failed | audio only |",
+            "| modality | noise | SNR (dB) | WER (%) | sub | del | ins | words | utts | failed "
+            "| audio only |",
             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in sub:
@@ -408,9 +409,9 @@ def format_results_md(rows: list[dict[str, Any]], env: Mapping[str, str], title:
                       "decode directory); each counts as an empty hypothesis, all its words deleted."]
         fallback = sum(r.get("num_audio_only", 0) for r in sub)
         if fallback:
-            lines += ["", f"**{fallback} audio-visual utterance decodings used the audio alone**: their video "
-                      "could not be used (listed with the reason in the `audio_only` files of the decode "
-                      "directory)."]
+            lines += ["", f"**{fallback} audio-visual utterance decodings used the audio alone**: their "
+                      "video could not be used (listed with the reason in the `audio_only` files of the "
+                      "decode directory)."]
         lines.append("")
     if extra_md.strip():
         lines += [extra_md.strip(), ""]
