@@ -158,7 +158,7 @@ def scale_envelope_contrast(power: torch.Tensor, contrast: float, lifter: int = 
     log level, coefficient 0, and the fine structure: harmonics, noise). The envelope's deviation from the
     frame's mean is multiplied by ``contrast``; level and fine structure are kept. Formant synthesisers,
     diphone voices and vocoders differ from each other in exactly this (formant bandwidths, tilt), and a
-    model trained on a few of them reads the envelope's shape closely (recipes/synthgrid/avsr1/RESULTS.md,
+    model trained on a few of them reads the envelope's shape closely (recipes/synthgrid/avsr1/RESULTS_LOG.md,
     "Vocoder resynthesis (WORLD)"); drawn per training utterance it teaches the model the envelope's shape
     rather than its depth. An avsr training augmentation (``AudioAugment.envelope_contrast``), in the spirit
     of the cepstral-smoothing envelope of vocoders (e.g. CheapTrick's liftering, Morise 2015); not in

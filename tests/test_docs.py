@@ -140,11 +140,13 @@ def test_doc_tools_are_in_the_dev_extra_and_pinned():
 # --------------------------------------------------------------------------------------------------- README
 URL = re.compile(r"https?://[^\s)>\]]+")
 COMMIT_LIKE = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")
-HISTORY = re.compile(r"\b(issue|stop)\s+#?\d+\b|#\d+\b", re.I)
+HISTORY = re.compile(r"\b(issue|stop)\s+#?\d+\b|#\d+\b(?!-)", re.I)  # not a dated anchor (#2026-11-28-...)
 
 
 def user_docs() -> list[Path]:
-    return [README, *sorted(DOCS.rglob("*.md"))]
+    """The markdown a user reads: the README, the documentation and the recipes' pages (RESULTS.md and its
+    log included; machine-written tables hold no hexadecimal words of 7 or more characters either)."""
+    return [README, *sorted(DOCS.rglob("*.md")), *sorted((REPO / "recipes").rglob("*.md"))]
 
 
 def test_readme_is_short():
@@ -166,6 +168,7 @@ def test_commit_and_history_patterns():
     assert not COMMIT_LIKE.search(URL.sub(" ", "see https://github.com/x/y/commit/246f1c4abc"))
     assert HISTORY.search("the targets of issue 15") and HISTORY.search("stop 31's code")
     assert not HISTORY.search("a stop token; 15 issues")
+    assert HISTORY.search("see #82.") and not HISTORY.search("(RESULTS_LOG.md#2026-11-28-twice-the-data)")
 
 
 def test_readme_keeps_the_fresh_machine_commands():
@@ -179,3 +182,87 @@ def test_readme_links_exist():
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme):
         if not URL.match(target):
             assert (REPO / target).exists(), f"README links to a missing file: {target}"
+
+
+# ----------------------------------------------------------------------------------------------- RESULTS.md
+RECIPE_RESULTS = sorted((REPO / "recipes").rglob("RESULTS.md"))
+SYNTHGRID = REPO / "recipes" / "synthgrid" / "avsr1"
+
+
+def _first_table_line(text: str) -> int | None:
+    """The line number (1-based) of the first markdown table (a header row followed by its ``|---`` rule)."""
+    lines = text.splitlines()
+    for i in range(len(lines) - 1):
+        if lines[i].lstrip().startswith("|") and re.match(r"^\s*\|\s*:?-{3,}", lines[i + 1]):
+            return i + 1
+    return None
+
+
+@pytest.mark.parametrize("path", RECIPE_RESULTS, ids=lambda p: str(p.relative_to(REPO)))
+def test_each_recipe_results_show_their_tables_first(path):
+    """As ESPnet's RESULTS.md: the current tables within the first 60 lines, not after a lab notebook."""
+    line = _first_table_line(path.read_text(encoding="utf-8"))
+    assert line is not None and line <= 60, f"{path.relative_to(REPO)}: first table at line {line}"
+
+
+def test_recipe_results_are_found():
+    assert SYNTHGRID / "RESULTS.md" in RECIPE_RESULTS
+
+
+def _current_tables_tool():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("current_tables", SYNTHGRID / "local" / "current_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_synthgrid_current_tables_are_those_of_its_results_json():
+    """The marked blocks of the SynthGRID RESULTS.md are what local/current_tables.py writes from the
+    results.json beside it: the figures at the top are the run's, and a new run replaces them by the tool."""
+    import json
+
+    tool = _current_tables_tool()
+    text = (SYNTHGRID / "RESULTS.md").read_text(encoding="utf-8")
+    rows = json.loads((SYNTHGRID / "results.json").read_text(encoding="utf-8"))
+    assert tool.block(text, "current tables") == tool.current_tables(rows), (
+        "RESULTS.md's current tables differ from results.json: run local/current_tables.py")
+    # the details as the scoring stage wrote them (its columns may grow): each row's WER and errors by type
+    sections = re.findall(r"^### (\S+)\n(.*?)(?=^### |\Z)", tool.block(text, "current details"), re.S | re.M)
+    details = dict(sections)
+    assert set(details) == {r["test_set"] for r in rows}
+    for r in rows:
+        snr = "-" if r["snr_db"] is None else f"{r['snr_db']:g}"
+        line = (f"| {r['modality']} | {r['noise']} | {snr} | {r['wer']:.2f} | "
+                f"{r['sub']} | {r['del']} | {r['ins']} |")
+        assert line in details[r["test_set"]], (r["test_set"], line)
+    assert "errors per slot" in tool.block(text, "corpus tables")
+    assert tool.replace_block(text, "current tables", tool.current_tables(rows)) == text
+    assert _first_table_line(text) < text.splitlines().index("<!-- END current tables -->")
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but ``-`` and ``_`` dropped, spaces as ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_results_links_and_anchors_resolve():
+    """Every relative link of the recipes' RESULTS*.md reaches a file, every ``#anchor`` a heading of it."""
+    pages = sorted((REPO / "recipes").rglob("RESULTS*.md"))
+    anchors = {p: {_slug(line.lstrip("#")) for line in p.read_text(encoding="utf-8").splitlines()
+                   if line.startswith("#")} for p in pages}
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
+            if URL.match(target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            assert dest.exists(), f"{page.relative_to(REPO)} links to a missing file: {target}"
+            if anchor and dest in anchors:
+                assert anchor in anchors[dest], f"{page.relative_to(REPO)}: no heading for {target}"
+
+
+def test_github_slugs():
+    assert _slug(" 2026-11-25: Fusion: two views, an `audio_gate` (x 0.9)") == (
+        "2026-11-25-fusion-two-views-an-audio_gate-x-09")
