@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -238,6 +239,51 @@ def test_audio_recorded_below_16k_gets_a_warning_unless_the_model_heard_narrowba
     assert len(lines) == 1 and lines[0].startswith("1 of 3 inputs") and "phone at 8000 Hz" in lines[0]
     trained = Transcriber(env["models"][0], env["tokenizer"], DECODE, narrowband_trained=True)
     assert "warning" not in trained(audio=tmp_path / "a8.wav").info
+
+
+def test_an_array_without_sample_rate_that_sounds_like_8k_gets_a_warning(env, caplog):
+    """An array is read as 16 kHz unless ``sample_rate`` says otherwise: one that has (almost) nothing above
+    5 kHz while it has energy below gets a warning naming it (8 kHz audio: pass its rate); full-band audio,
+    silence and an array with its rate given get none."""
+    from avsr.features import narrowband
+    from avsr.inference.inputs import high_band_db
+
+    t = torch.arange(16000 * 2) / 16000
+    tones = sum(0.1 * torch.sin(2 * math.pi * f * t + f) for f in (220, 700, 1500, 2600, 3400))
+    rng = torch.Generator().manual_seed(0)
+    noise = 0.1 * torch.randn(32000, generator=rng)
+    assert high_band_db(tones) < -60 and high_band_db(narrowband(noise)) < -45 < -10 < high_band_db(noise)
+    assert high_band_db(torch.zeros(32000)) is None
+    tr = _transcriber(env)
+    with caplog.at_level(logging.WARNING, logger="avsr.inference"):
+        out = tr.transcribe_batch([TranscribeItem(audio=tones, key="tones"),
+                                   TranscribeItem(audio=narrowband(noise), key="phone"),
+                                   TranscribeItem(audio=noise, key="wide"),
+                                   TranscribeItem(audio=torch.zeros(32000), key="silence"),
+                                   TranscribeItem(audio=tones, key="told", sample_rate=16000)])
+    assert [r.ok for r in out] == [True] * 5
+    for r in out[:2]:
+        assert "looks like 8 kHz audio" in r.info["warning"] and "sample_rate=8000" in r.info["warning"]
+        assert "expect a higher WER" in r.info["warning"] and r.info["narrowband_db"] <= -45
+    assert all("warning" not in r.info and "narrowband_db" not in r.info for r in out[2:])
+    lines = [r.getMessage() for r in caplog.records if "8 kHz" in r.getMessage()]
+    assert len(lines) == 2 and lines[0].startswith("tones: the audio array has almost no energy above 5 kHz")
+    assert "\n" not in lines[0] and lines[1].startswith("phone: ")
+    # one call, one line; a model trained with the 8 kHz channel reads it well, but the rate may be wrong
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="avsr.inference"):
+        single = tr(audio=tones)
+    assert "sample_rate=8000" in single.info["warning"]
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == ["utt0"]
+    trained = Transcriber(env["models"][0], env["tokenizer"], DECODE, narrowband_trained=True)
+    warning = trained(audio=tones).info["warning"]
+    assert "sample_rate=8000" in warning and "expect a higher WER" not in warning
+    # the caller that reports warnings itself (avsr transcribe): in info, not in the log
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="avsr.inference"):
+        quiet = tr.transcribe_batch([TranscribeItem(audio=tones), TranscribeItem(video="gone.mp4")],
+                                    report=False)
+    assert "sample_rate=8000" in quiet[0].info["warning"] and not quiet[1].ok and not caplog.records
 
 
 def test_bad_inputs_are_errors_naming_the_input(env, tmp_path):
@@ -678,22 +724,26 @@ def test_errors_speak_to_the_api_caller_and_the_cli_names_its_options(env):
 
 def test_avsr_transcribe_builds_the_transcriber_with_its_settings(env, tmp_path, monkeypatch):
     from avsr.bin import transcribe
+    from avsr.inference import Transcript
 
     built = {}
 
     class Built:
         def transcribe_batch(self, items, **kwargs):
-            return [transcribe.Transcript(key=i.key, text="X") for i in items]
+            built.update(batch=kwargs)
+            return [Transcript(key=Path(i).stem, text="X") for i in items]
 
     def from_pretrained(source, **kwargs):
         built.update(kwargs)
         return Built()
 
-    monkeypatch.setattr(transcribe.Transcriber, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(Transcriber, "from_pretrained", from_pretrained)
     mp4 = env["utts"][0][0]
     args = [str(mp4), "--checkpoint", str(env["exp"]), "--beam-size", "7"]
     assert transcribe.main(args) == 0
     assert built["decode_overrides"] == {"beam_size": 7} and built["max_segment_s"] == "model"
+    # each input in what it has (bare paths), and the tool reports the failures itself
+    assert built["batch"]["modality"] is None and built["batch"]["report"] is False
     assert transcribe.main([*args, "--max-segment-s", "0"]) == 0 and built["max_segment_s"] is None
     assert transcribe.main([str(mp4), "--checkpoint", "x", "--max-segment-s", "4"]) == 0
     assert built["max_segment_s"] == 4.0 and built["decode_overrides"] is None

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -23,7 +25,7 @@ from avsr.cli import SUBCOMMANDS
 from avsr.cli import main as avsr_main
 from avsr.decode.align import AlignmentError, TokenSpan, ctc_align, group_words, word_timings
 from tests.test_inference import CONFIG as TINY_MODEL
-from tests.test_inference import DECODE
+from tests.test_inference import DECODE, env  # noqa: F401 (a tiny model and ROI mp4 + wav utterances)
 
 needs_media = pytest.mark.skipif(
     importlib.util.find_spec("mediapipe") is None
@@ -90,6 +92,114 @@ def test_cli_lists_subcommands_and_refuses_unknown_ones(capsys):
     assert avsr_main(["transcribbe"]) == 2
     assert "unknown subcommand 'transcribbe'" in capsys.readouterr().err
     assert SUBCOMMANDS["transcribe"][0] == "avsr.bin.transcribe"
+
+
+# --- the command line: help, what each input is decoded in, one line per failure ----------------------
+
+
+def test_help_is_plain_text_with_defaults_and_needs_no_torch():
+    """``avsr transcribe --help`` and ``avsr --help`` answer without importing torch (the library is imported
+    after the arguments are parsed), show each option's default and no reST markup."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom avsr.cli import main\nfor argv in (['transcribe', '--help'], ['--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print('torch loaded' if 'torch' in sys.modules else 'no torch')\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr
+    out = " ".join(run.stdout.split())  # the words, however argparse wrapped them
+    assert out.endswith("no torch"), out
+    for shown in ("(default: synthgrid)", "(default: cpu)", "(default: auto)", "(default: 5)", "--audio WAV",
+                  "default: what each input has"):
+        assert shown in out, shown
+    for markup in ("``", ":meth:", ":mod:", ":func:", ":class:"):
+        assert markup not in out, markup
+    # written out for the help, held to the library's values
+    from avsr.bin import transcribe
+    from avsr.inference.segments import DEFAULT_SEGMENT_S
+    from avsr.nn.precision import PRECISIONS
+
+    assert transcribe.PRECISIONS == PRECISIONS and transcribe.DEFAULT_SEGMENT_S == DEFAULT_SEGMENT_S
+
+
+def _cli(env, tmp_path, *argv: str) -> tuple[int, list[dict]]:  # noqa: F811
+    """``avsr transcribe ARGV`` with the tiny model of tests/test_inference.py: exit status, JSON rows."""
+    decode = tmp_path / "decode.yaml"
+    decode.write_text(yaml.safe_dump(DECODE))
+    out = tmp_path / "out.json"
+    out.unlink(missing_ok=True)
+    status = avsr_main(["transcribe", *argv, "--checkpoint", str(env["exp"]), "--decode-config", str(decode),
+                        "--json", str(out)])
+    return status, (json.loads(out.read_text()) if out.exists() else [])
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_each_input_is_decoded_in_what_it_has_and_audio_gives_a_silent_video_its_sound(env, tmp_path,  # noqa: F811
+                                                                                        capsys):
+    from avsr.data.media import read_video, read_wav, write_av_video
+    from avsr.inference import TranscribeItem, Transcriber
+
+    (roi0, wav0), (roi1, wav1) = env["utts"][:2]  # ROI mp4s without sound, as the corpus has them
+    both = tmp_path / "both.mp4"
+    write_av_video(both, read_video(roi1).numpy(), read_wav(wav1))
+    tr = Transcriber.from_pretrained(env["exp"], decode_config=DECODE)
+    status, rows = _cli(env, tmp_path, str(both), str(wav0), str(roi0))
+    assert status == 0, capsys.readouterr().err
+    assert [r["modality"] for r in rows] == ["audiovisual", "audio", "video"]
+    assert [r["text"] for r in rows] == [r.text for r in tr.transcribe_batch([both, wav0, roi0])]
+    capsys.readouterr()
+    # --audio: the n-th WAV with the n-th FILE, decoded audio-visually
+    status, rows = _cli(env, tmp_path, str(roi0), str(roi1), "--audio", str(wav0), "--audio", str(wav1))
+    assert status == 0, capsys.readouterr().err
+    expected = tr.transcribe_batch([TranscribeItem(video=roi0, audio=wav0),
+                                    TranscribeItem(video=roi1, audio=wav1)])
+    assert [(r["file"], r["audio"], r["modality"], r["text"]) for r in rows] == [
+        (str(roi0), str(wav0), "audiovisual", expected[0].text),
+        (str(roi1), str(wav1), "audiovisual", expected[1].text)]
+    assert capsys.readouterr().out == f"{roi0}\t{expected[0].text}\n{roi1}\t{expected[1].text}\n"
+    # --modality still decides for every input
+    status, rows = _cli(env, tmp_path, str(both), str(roi0), "--audio", str(wav1), "--audio", str(wav0),
+                        "--modality", "video")
+    assert status == 0 and [r["modality"] for r in rows] == ["video", "video"]
+    capsys.readouterr()
+    # a silent video alone cannot get the model's edges: one warning line that says how to give it its audio
+    assert _cli(env, tmp_path, str(roi0), "--edge-frames", "3,3")[0] == 0
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "avsr-transcribe: warning: a silent video keeps its silent edges (no audio to find the speech in): "
+        f"give its audio with --audio WAV to decode it as the recipe does ({roi0})"]
+    assert _cli(env, tmp_path, str(roi0), "--edge-frames", "3,3", "--audio", str(wav0))[0] == 0
+    assert capsys.readouterr().err == ""
+    for wrong in ([str(roi0), str(roi1), "--audio", str(wav0)], [str(tmp_path), "--audio", str(wav0)]):
+        with pytest.raises(SystemExit) as exit_:
+            _cli(env, tmp_path, *wrong)
+        assert exit_.value.code == 2
+    assert "--audio goes with" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_each_failure_is_one_line_naming_the_file(env, tmp_path, capsys, caplog):  # noqa: F811
+    missing, garbage = tmp_path / "missing.mp4", tmp_path / "garbage.mp4"
+    garbage.write_bytes(b"not a video at all" * 100)
+    roi, wav = env["utts"][0]
+    with caplog.at_level(logging.WARNING):
+        status, rows = _cli(env, tmp_path, str(missing), str(garbage), str(wav))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and len(err) == 3, err
+    assert err[0] == f"avsr-transcribe: error: {missing}: no such file or folder"
+    assert err[1].startswith(f"avsr-transcribe: error: {garbage}: cannot read this file as audio or video")
+    assert err[2] == "avsr-transcribe: 2 of 3 inputs could not be transcribed"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # the library logs none of them
+    assert [("error" in r) for r in rows] == [True, True, False]
+    for argv, named in (([str(garbage)], "cannot read this file"),
+                        ([str(roi), "--modality", "audiovisual"],
+                         "no audio track, but the modality needs one (try --modality video)")):
+        status, _ = _cli(env, tmp_path, *argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert status == 1 and len(err) == 1, err
+        assert err[0].startswith(f"avsr-transcribe: error: {argv[0]}: ")
+        assert named in err[0]
 
 
 # --- the whole tool on face videos -------------------------------------------------------------------
@@ -247,9 +357,11 @@ def test_a_video_without_audio_is_an_error_naming_the_file(setup, tmp_path, caps
     roi = read_video(next(setup["corpus"].glob("*/*.mp4"))).numpy()
     silent = tmp_path / "silent.mp4"
     write_av_video(silent, composite_mouth_video(roi).frames, None)
-    assert transcribe(setup, str(silent)) == 1
+    assert transcribe(setup, str(silent), modality="audiovisual") == 1
     err = capsys.readouterr().err
     assert str(silent) in err and "no audio track" in err and "--modality video" in err
+    assert transcribe(setup, str(silent)) == 0  # by default: what it has, the lips
+    assert capsys.readouterr().out.startswith(f"{silent}\t")
     assert transcribe(setup, str(silent), modality="video") == 0
 
 

@@ -6,13 +6,14 @@ and microphone, and see the audio-only, video-only and audio-visual transcripts 
 mouth-ROI track as the ROI stage cropped it, and what the fusion did (gates, view weights). Scripts use the
 same JSON endpoint: ``curl -F video=@talk.mp4 -F compare=1 http://127.0.0.1:8000/api/transcribe``.
 
-The model: ``--checkpoint`` as ``avsr transcribe`` takes it (an experiment directory, an avsr checkpoint or an
-official AV-HuBERT checkpoint with ``--bpemodel``). The server binds to 127.0.0.1 (this machine only) unless
+The model: ``--checkpoint`` as ``avsr transcribe`` takes it (the name of a model shipped with the package --
+the default, ``synthgrid`` --, an experiment directory, an avsr checkpoint or an official AV-HuBERT
+checkpoint with ``--bpemodel``). The server binds to 127.0.0.1 (this machine only) unless
 ``--host`` says otherwise: it has no authentication. Uploads larger than ``--max-upload-mb`` are refused
 (HTTP 413); uploads are written to a temporary directory that is removed after each request and at exit.
 Needs the ``[demo]`` extra (``pip install 'avsr[demo]'``: FastAPI, uvicorn, python-multipart).
 
-Usage: ``avsr demo --checkpoint exp/avsr_x [--port 8000] [--host 127.0.0.1] [--max-upload-mb 50]
+Usage: ``avsr demo [--checkpoint exp/avsr_x] [--port 8000] [--host 127.0.0.1] [--max-upload-mb 50]
 [--decode-config default] [--device cuda]``
 """
 
@@ -24,10 +25,11 @@ import sys
 from pathlib import Path
 
 from avsr.bin.runner import UsageError, tool
+from avsr.pretrained import DEFAULT_MODEL
 
-#: the model served when --checkpoint is not given (None: --checkpoint is required). The shipped SynthGRID
-#: model, once it is part of the package: DEFAULT_CHECKPOINT = "synthgrid" (Transcriber.from_pretrained name)
-DEFAULT_CHECKPOINT: str | None = None
+#: the model served when --checkpoint is not given: the model shipped with the package, by name
+#: (Transcriber.from_pretrained resolves it, :func:`avsr.pretrained.resolve_model`), as for avsr transcribe.
+DEFAULT_CHECKPOINT: str | None = DEFAULT_MODEL
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,7 +38,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="avsr demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--checkpoint", required=DEFAULT_CHECKPOINT is None, default=DEFAULT_CHECKPOINT,
-                   help="experiment dir, avsr checkpoint or official AV-HuBERT checkpoint"
+                   help="the name of a model shipped with avsr, experiment dir, avsr checkpoint or official "
+                   "AV-HuBERT checkpoint"
                    + (f" (default: {DEFAULT_CHECKPOINT})" if DEFAULT_CHECKPOINT else ""))
     p.add_argument("--bpemodel", type=Path, default=None,
                    help="sentencepiece model (default: beside the model)")

@@ -10,18 +10,24 @@ and the tool exits with status 2 for usage and configuration errors, 1 for data 
 messages of the project's errors already name their file, utterance or key. ``--debug`` on the command line
 (or the environment variable ``AVSR_DEBUG=1``) shows the traceback instead. Anything else -- a genuine bug --
 is not caught and shows its traceback as usual.
+
+:class:`HelpFormatter` gives the tools' ``--help`` one look: the description in paragraphs, each option's
+default.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
+import re
 import sys
+import textwrap
 from collections.abc import Callable
 
 from avsr.config import UsageError  # defined beside ConfigError, so that library code can raise it
 
-__all__ = ["UsageError", "data_errors", "usage_errors", "tool", "debug_requested"]
+__all__ = ["UsageError", "data_errors", "usage_errors", "tool", "debug_requested", "HelpFormatter"]
 
 
 def usage_errors() -> tuple[type[BaseException], ...]:
@@ -58,6 +64,33 @@ def data_errors() -> tuple[type[BaseException], ...]:
     return (DataError, DataDirError, TokenizerError, LexiconError, MediaError, RoiError, LRS3Error,
             FestivalError, CheckpointError, InferenceError, ScoringError, AlignmentError, FeatureDumpError,
             LabelError, PhoneAlignmentError, QualityReportError)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """``--help`` of a tool: the description's paragraphs (write them as plain text: no reST) filled to the
+    terminal's width, a paragraph with indented lines (examples) kept as written; and ``(default: X)`` after
+    each option's help, unless the help already speaks of its default or the default is None, False (an off
+    flag) or suppressed. Give it as ``formatter_class`` to :class:`argparse.ArgumentParser`."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        paragraphs = []
+        for block in re.split(r"\n[ \t]*\n", text.strip("\n")):
+            lines = block.splitlines()
+            if any(line[:1].isspace() for line in lines):
+                paragraphs.append("\n".join(indent + line for line in lines))
+            else:
+                paragraphs.append(textwrap.fill(" ".join(line.strip() for line in lines), width,
+                                                initial_indent=indent, subsequent_indent=indent,
+                                                break_on_hyphens=False))
+        return "\n\n".join(paragraphs)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or "default" in text.lower() or default is None or default is False
+                or default == argparse.SUPPRESS):
+            return action.help
+        return f"{text} (default: %(default)s)"
 
 
 def debug_requested(argv: list[str]) -> bool:

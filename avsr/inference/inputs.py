@@ -11,7 +11,8 @@ Per utterance (:class:`avsr.inference.types.TranscribeItem`):
   are decoded, downmixed and resampled to 16 kHz; the audio track of a video file is cut or zero-padded to
   its 25 fps frame count and stored as 16-bit PCM, as the ROI stage does -- or a float waveform ``(N,)`` at
   16 kHz (another ``sample_rate`` is resampled; audio recorded below 16 kHz gets a warning unless the model
-  heard narrowband audio in training, :func:`warn_low_rate`).
+  heard narrowband audio in training, :func:`warn_low_rate`; an array given without ``sample_rate`` whose
+  spectrum looks band-limited to 4 kHz gets one too, :func:`high_band_db`, :func:`warn_narrowband`).
 
 :func:`load_item` reads one item for a modality, mixes the noise of a test condition into its audio (the
 segment chosen by the item's key) and finds the change of its edges (:mod:`avsr.inference.segments`).
@@ -58,10 +59,21 @@ from avsr.inference.types import (
 from avsr.inference.video_cache import VersionKey, version_key
 
 __all__ = ["collect_media", "VIDEO_SUFFIXES", "as_item", "given_modality", "noise_source", "load_item",
-           "UnusableVideo", "load_video", "load_audio", "warn_low_rate"]
+           "UnusableVideo", "load_video", "load_audio", "warn_low_rate", "high_band_db", "warn_narrowband",
+           "NARROWBAND_FROM_HZ", "NARROWBAND_BELOW_DB"]
 
 logger = logging.getLogger("avsr.inference")
 
+
+#: an audio array taken as 16 kHz looks band-limited to 4 kHz (8 kHz audio) when its energy from this
+#: frequency up (Hz) is :data:`NARROWBAND_BELOW_DB` or more below its total energy. Not 4 kHz: the resampler's
+#: transition band leaves 16 kHz speech that went through 8 kHz at up to -30 dB in 4-8 kHz, while from 5 kHz
+#: up it is at -58 dB or less (median -63) and full-band speech at -32 dB or more (median -26), measured on
+#: 155 recordings of festival's voice databases (torchaudio's resampling, as
+#: :func:`avsr.features.narrowband`).
+NARROWBAND_FROM_HZ = 5000.0
+#: the threshold of :data:`NARROWBAND_FROM_HZ`, in dB (white noise through 8 kHz: -53 dB).
+NARROWBAND_BELOW_DB = -45.0
 
 #: file name endings :func:`collect_media` takes from a folder.
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".mpg", ".mpeg")
@@ -332,7 +344,9 @@ def load_video(item: TranscribeItem, work: Path, with_audio: bool
 
 def load_audio(item: TranscribeItem) -> tuple[torch.Tensor, dict[str, Any]]:
     """The 16 kHz waveform ``(N,)`` float32 of an item's audio (see the module docstring) and facts
-    (``resampled_from_hz``; for the audio of a video file, :func:`_video_file_audio`'s).
+    (``resampled_from_hz``; ``narrowband_db``: an array without ``sample_rate`` whose energy from
+    :data:`NARROWBAND_FROM_HZ` up is that many dB below its total, at most :data:`NARROWBAND_BELOW_DB`; for
+    the audio of a video file, :func:`_video_file_audio`'s).
 
     Raises:
         InferenceError: no such or an unreadable file, no audio track, a bad array or sample rate.
@@ -340,9 +354,14 @@ def load_audio(item: TranscribeItem) -> tuple[torch.Tensor, dict[str, Any]]:
     key, source = item.key, item.audio
     if not isinstance(source, (str, os.PathLike)):
         wav = _check_waveform(_to_tensor(source, "audio", key), key, "array")
+        info: dict[str, Any] = {}
+        if item.sample_rate is None:  # taken as 16 kHz: does it sound like it?
+            db = high_band_db(wav)
+            if db is not None and db <= NARROWBAND_BELOW_DB:
+                info["narrowband_db"] = round(db, 1)
+            return wav, info
         if not 4000 <= item.sample_rate <= 384000:
             raise InferenceError(f"{key}: sample_rate {item.sample_rate} Hz cannot be right for speech")
-        info: dict[str, Any] = {}
         if item.sample_rate != SAMPLE_RATE:
             import torchaudio
 
@@ -399,13 +418,23 @@ def _too_few_frames(num_frames: int, audio_frames: float) -> str | None:
             f"{audio_frames / FPS:.2f} s of audio")
 
 
+def _silent_file(item: TranscribeItem) -> bool:
+    """Whether the item is a bare path (:class:`MediaFileItem`) to a file without an audio track."""
+    if not isinstance(item, MediaFileItem):
+        return False
+    try:
+        return not _streams(Path(item.audio))[0]
+    except InferenceError:
+        return False
+
+
 def _edges_of(item: TranscribeItem, wav: torch.Tensor | None, edge_frames: EdgeRanges | None,
               source: NoiseSource | None, snr_db: float | None, info: dict[str, Any]
               ) -> tuple[int, int] | None:
     """The change of the item's edges (:func:`avsr.inference.segments.edge_change`), found in ``wav`` (the
     audio as decoded) or, for a video-only decode, in the item's audio read here with the same noise (the
-    recording a user would have)."""
-    if edge_frames is not None and wav is None and item.audio is not None:
+    recording a user would have; a bare path to a silent video has none, as if no audio were given)."""
+    if edge_frames is not None and wav is None and item.audio is not None and not _silent_file(item):
         try:
             wav, _ = load_audio(item)
         except (InferenceError, MediaError, ValueError) as exc:
@@ -518,9 +547,10 @@ def _check_lengths(item: TranscribeItem, wav: torch.Tensor, num_frames: int | No
     return num_frames if num_frames is not None else math.ceil(wav.numel() / SAMPLES_PER_FRAME)
 
 
-def warn_low_rate(results: list[Transcript], narrowband_trained: bool) -> None:
+def warn_low_rate(results: list[Transcript], narrowband_trained: bool, log: bool = True) -> None:
     """Unless the model was trained with narrowband audio: a warning (``info["warning"]``) on each transcript
-    whose audio was recorded below 16 kHz (``info["resampled_from_hz"]``), and one log line for them all."""
+    whose audio was recorded below 16 kHz (``info["resampled_from_hz"]``), and one log line for them all
+    (unless ``log`` is False: the caller reports the transcripts' warnings)."""
     if narrowband_trained:
         return
     low = [r for r in results if r.ok and r.info.get("resampled_from_hz", SAMPLE_RATE) < SAMPLE_RATE]
@@ -530,9 +560,65 @@ def warn_low_rate(results: list[Transcript], narrowband_trained: bool) -> None:
                 "full-band audio misreads such audio, and this one was trained without narrowband_prob: "
                 "expect a higher WER")
         r.info["warning"] = f"{r.info['warning']}; {note}" if r.info.get("warning") else note
-    if low:
+    if low and log:
         lowest = min(low, key=lambda r: r.info["resampled_from_hz"])
         logger.warning("%d of %d inputs were recorded below 16 kHz (the lowest: %s at %d Hz) and have no "
                        "frequencies above half their rate; models trained on full-band audio misread "
                        "them, and this one was trained without narrowband_prob", len(low), len(results),
                        lowest.key, lowest.info["resampled_from_hz"])
+
+
+def high_band_db(wav: torch.Tensor, from_hz: float = NARROWBAND_FROM_HZ) -> float | None:
+    """How far the energy of a 16 kHz waveform from ``from_hz`` up lies below its total energy, in dB.
+
+    The power spectrum is the sum over frames of a 512-point STFT (Hann window, hop 256, the mean removed;
+    frames inside the waveform only, so that its abrupt ends add no splatter), 30 s at a time. 8 kHz audio
+    brought to 16 kHz has nothing above 4 kHz but the resampler's leakage (see :data:`NARROWBAND_FROM_HZ`).
+
+    Args:
+        wav: ``(N,)`` float samples at 16 kHz.
+        from_hz: the lower edge of the band, in Hz.
+
+    Returns:
+        ``10 log10(band energy / total energy)`` (<= 0), or None for a waveform with no energy to speak of
+        (mean square below 1e-10, i.e. -100 dBFS: digital silence).
+    """
+    x = wav.detach().to(torch.float64).reshape(-1)
+    x = x - x.mean()
+    if x.numel() == 0 or float(x.pow(2).mean()) < 1e-10:
+        return None
+    n_fft, hop, chunk = 512, 256, 30 * SAMPLE_RATE  # chunk: a multiple of hop
+    if x.numel() < n_fft:
+        x = torch.nn.functional.pad(x, (0, n_fft - x.numel()))
+    window = torch.hann_window(n_fft, dtype=torch.float64)
+    power = torch.zeros(n_fft // 2 + 1, dtype=torch.float64)
+    for start in range(0, x.numel() - n_fft + 1, chunk):  # the frames starting in [start, start + chunk)
+        spec = torch.stft(x[start : start + chunk + n_fft - hop], n_fft, hop_length=hop, window=window,
+                          center=False, return_complex=True)
+        power += spec.abs().pow(2).sum(-1)
+    freqs = torch.arange(power.numel(), dtype=torch.float64) * SAMPLE_RATE / n_fft
+    ratio = float(power[freqs >= from_hz].sum() / power.sum())
+    return 10 * math.log10(max(ratio, 1e-30))
+
+
+def warn_narrowband(results: list[Transcript], narrowband_trained: bool, log: bool = True) -> None:
+    """A warning (``info["warning"]``, and a log line naming the item unless ``log`` is False) on each
+    transcript of an audio array given without ``sample_rate`` that looks band-limited to 4 kHz
+    (``info["narrowband_db"]``, :func:`load_audio`): 16 kHz samples of a narrowband recording, which a model
+    trained on full-band audio misreads (unless ``narrowband_trained``), or samples at another rate read as
+    16 kHz ones (wrong words). Passing ``sample_rate`` says which, and silences the warning.
+
+    The spectrum shows only the first: 8 kHz samples read as 16 kHz ones spread over 0-8 kHz (at twice the
+    speed), so that :func:`high_band_db` does not tell them from full-band audio."""
+    for r in results:
+        if not r.ok or "narrowband_db" not in r.info:
+            continue
+        note = (f"the audio array has almost no energy above {NARROWBAND_FROM_HZ / 1000:g} kHz "
+                f"({r.info['narrowband_db']:g} dB of its total): it looks like 8 kHz audio brought to 16 kHz"
+                + ("" if narrowband_trained else " (this model was trained on full-band audio: expect a "
+                   "higher WER)")
+                + "; an array is read as 16 kHz unless sample_rate says otherwise: pass sample_rate=8000 if "
+                "these are 8 kHz samples, sample_rate=16000 if they are 16 kHz ones")
+        r.info["warning"] = f"{r.info['warning']}; {note}" if r.info.get("warning") else note
+        if log:
+            logger.warning("%s: %s", r.key, note)

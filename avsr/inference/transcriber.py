@@ -38,7 +38,14 @@ from avsr.decode.config import DecodeConfig, FairseqConfig, SearchConfig, load_d
 from avsr.decode.hypothesis import Hypothesis
 from avsr.decode.searcher import Searcher
 from avsr.features import avhubert_audio_features, crop_video, normalize_video
-from avsr.inference.inputs import as_item, given_modality, load_item, noise_source, warn_low_rate
+from avsr.inference.inputs import (
+    as_item,
+    given_modality,
+    load_item,
+    noise_source,
+    warn_low_rate,
+    warn_narrowband,
+)
 from avsr.inference.pretrained import load_pretrained
 from avsr.inference.segments import (
     DEFAULT_SEGMENT_S,
@@ -51,12 +58,13 @@ from avsr.inference.segments import (
     shifted,
     stats_edges,
 )
-from avsr.inference.types import FPS, SAMPLE_RATE, InferenceError, Media, PathLike, TranscribeItem, Transcript
+from avsr.inference.types import FPS, InferenceError, Media, PathLike, TranscribeItem, Transcript
 from avsr.inference.video_cache import VersionKey, stem_radius
 from avsr.inference.video_cache import video_features as video_features_of
 from avsr.modalities import MODALITY_INPUTS
 from avsr.models.asr import AVSRModel
 from avsr.nn.precision import autocast_context, check_precision, resolve_precision
+from avsr.pretrained import resolve_model, shipped_decode_config
 from avsr.threads import apply_threads
 
 __all__ = ["Transcriber"]
@@ -97,27 +105,31 @@ def _by_modality(call: _Call, modality: str | None) -> dict[str, list[int]]:
             groups.setdefault(mod, []).append(i)
     return groups
 
-def _report(out: list[Transcript], strict: bool, narrowband_trained: bool) -> None:
+def _report(out: list[Transcript], strict: bool, narrowband_trained: bool, log: bool = True) -> None:
     """The warnings of a :meth:`Transcriber.transcribe_batch` call (narrowband audio, video-only items kept
-    as given, audio-visual items decoded audio-only, failed items); with ``strict``, InferenceError naming
-    every failed item."""
-    warn_low_rate(out, narrowband_trained)
-    kept = [r.key for r in out if r.info.get("edges_note", "").startswith("no audio")]
-    if kept:
-        logger.warning("%d video-only input(s) without audio (the first: %s) keep their silent edges: "
-                       "give the audio too (modality='video') to decode them as the recipe's decoding "
-                       "stage does", len(kept), kept[0])
-    audio_only = [r for r in out if r.ok and "video_fallback" in r.info]
-    if audio_only:
-        logger.warning("%d of %d items decoded audio-only: their video could not be used (the first: %s: %s)",
-                       len(audio_only), len(out), audio_only[0].key, audio_only[0].info["video_fallback"])
+    as given, audio-visual items decoded audio-only, failed items): in the transcripts' ``info["warning"]``
+    (narrowband audio) and, with ``log``, in the log; with ``strict``, InferenceError naming every failed
+    item."""
+    warn_low_rate(out, narrowband_trained, log)
+    warn_narrowband(out, narrowband_trained, log)
     failed = [r for r in out if not r.ok]
-    for r in failed:
-        logger.warning("%s: %s", r.key, r.error)
-    if failed:
-        logger.warning("%d of %d items could not be transcribed", len(failed), len(out))
-        if strict:
-            raise InferenceError("; ".join(r.error for r in failed))
+    if log:
+        kept = [r.key for r in out if r.info.get("edges_note", "").startswith("no audio")]
+        if kept:
+            logger.warning("%d video-only input(s) without audio (the first: %s) keep their silent edges: "
+                           "give the audio too (modality='video') to decode them as the recipe's decoding "
+                           "stage does", len(kept), kept[0])
+        audio_only = [r for r in out if r.ok and "video_fallback" in r.info]
+        if audio_only:
+            logger.warning("%d of %d items decoded audio-only: their video could not be used (the first: "
+                           "%s: %s)", len(audio_only), len(out), audio_only[0].key,
+                           audio_only[0].info["video_fallback"])
+        for r in failed:
+            logger.warning("%s: %s", r.key, r.error)
+        if failed:
+            logger.warning("%d of %d items could not be transcribed", len(failed), len(out))
+    if failed and strict:
+        raise InferenceError("; ".join(r.error for r in failed))
 
 
 def _batch(units: list[Media], inputs: tuple[str, ...], device: torch.device
@@ -243,12 +255,15 @@ class Transcriber:
         decode_overrides: Mapping[str, Any] | None = None,
         num_threads: int | str | None = None,
     ) -> Transcriber:
-        """A transcriber for an experiment directory or a checkpoint file.
+        """A transcriber for an experiment directory, a checkpoint file or a model shipped with the package.
 
         Args:
             source: an experiment directory (its ``average_nbest`` best checkpoints averaged), an avsr
                 checkpoint or an official fairseq AV-HuBERT fine-tuned checkpoint, seq2seq or CTC
-                (:func:`avsr.inference.pretrained.load_pretrained`).
+                (:func:`avsr.inference.pretrained.load_pretrained`), or the name of a model shipped in
+                ``avsr/pretrained`` (``"synthgrid"``, :func:`avsr.pretrained.resolve_model`: an existing path
+                wins over a name). A shipped model's ``decode.yaml`` is its decoding configuration when
+                ``decode_config`` is None.
             bpemodel: the sentencepiece model (default: the experiment directory's, the one beside an avsr
                 checkpoint, or the one pickled in an official checkpoint).
             device, decode_config, precision, batch_frames, decode_overrides, num_threads: as the class.
@@ -263,11 +278,15 @@ class Transcriber:
         audio (``narrowband_trained``) come from the checkpoint's ``data_stats`` when recorded.
 
         Raises:
-            FileNotFoundError: no such directory/file, no checkpoint in the directory, no tokenizer.
+            FileNotFoundError: no such directory/file, no checkpoint in the directory, no tokenizer; a name
+                that is no installed model (one line naming the installed ones).
             avsr.compat.CheckpointError: an unreadable or foreign checkpoint, weights that do not fit.
             ValueError, avsr.config.ConfigError: as the class; another string as ``edge_frames`` or
                 ``max_segment_s``.
         """
+        source = resolve_model(source)
+        if decode_config is None:
+            decode_config = shipped_decode_config(source)
         model, tokenizer, stats = load_pretrained(source, bpemodel, average_nbest)
         train_max_s = stats["max_frames"] / FPS if stats.get("max_frames") else None
         if isinstance(edge_frames, str):
@@ -294,7 +313,7 @@ class Transcriber:
         noise: PathLike | torch.Tensor | NoiseSource | None = None,
         snr_db: float | None = None,
         key: str | None = None,
-        sample_rate: int = SAMPLE_RATE,
+        sample_rate: int | None = None,
         word_timings: bool = True,
     ) -> Transcript:
         """Transcribe one utterance.
@@ -305,7 +324,8 @@ class Transcriber:
             noise, snr_db: noise (a 16 kHz wav path, a ``(N,)`` waveform or a :class:`NoiseSource`) mixed
                 into the audio at ``snr_db`` dB; the segment is chosen by ``key``.
             key: the utterance's name (default: from the path).
-            sample_rate: rate of an ``audio`` array in Hz.
+            sample_rate: rate of an ``audio`` array in Hz; None: 16 kHz assumed, and an array whose spectrum
+                looks band-limited to 4 kHz (as 8 kHz audio) gets a warning (``info["warning"]``, logged).
             word_timings: compute word timings (models with a CTC head).
 
         Returns:
@@ -334,6 +354,7 @@ class Transcriber:
         work_dir: PathLike | None = None,
         window: int = 512,
         views: bool = False,
+        report: bool = True,
     ) -> list[Transcript]:
         """Transcribe many utterances, batched over utterances (the batched beam search).
 
@@ -365,6 +386,10 @@ class Transcriber:
                 ``"audio"`` with the confidence check; :class:`avsr.decode.searcher.Searcher`): the same texts
                 as transcribing the item with ``modality="video"`` / ``"audio"``, at no extra cost (the
                 recipe's decoding stage writes all three modalities from one audio-visual pass).
+            report: log the call's warnings (each failed item and their count, items decoded audio-only,
+                video-only items that keep their edges, narrowband audio); False: log none of them, the
+                caller reports them from the transcripts (``error``, ``info``) itself, as ``avsr transcribe``
+                does (``info["warning"]`` is set either way).
 
         Returns:
             One :class:`Transcript` per item, in the order of ``items``; a bad item has ``error`` set (and is
@@ -400,7 +425,7 @@ class Transcriber:
                     self._run_chunk(call, indices[start : start + step], mod)
         bar.close()
         out = [r for r in call.results if r is not None]
-        _report(out, strict, self.narrowband_trained)
+        _report(out, strict, self.narrowband_trained, report)
         return out
 
     def _load(self, call: _Call, i: int, modality: str, whole: bool = False) -> Media | None:

@@ -54,14 +54,16 @@ class TranscribeItem:
             stem of the video path, else of the audio path, else ``utt<index>``).
         num_frames: its length in 25 fps frames if known (e.g. ``utt2num_frames``): batches are then formed
             before any file is read.
-        sample_rate: rate of an ``audio`` array in Hz (resampled to 16 kHz).
+        sample_rate: rate of an ``audio`` array in Hz (resampled to 16 kHz); None: 16 kHz assumed, and an
+            array that looks band-limited to 4 kHz gets a warning
+            (:func:`avsr.inference.inputs.warn_narrowband`).
     """
 
     video: PathLike | np.ndarray | torch.Tensor | None = None
     audio: PathLike | np.ndarray | torch.Tensor | None = None
     key: str | None = None
     num_frames: int | None = None
-    sample_rate: int = SAMPLE_RATE
+    sample_rate: int | None = None
 
 
 class MediaFileItem(TranscribeItem):
@@ -85,12 +87,13 @@ class Transcript:
             ``audio_offset_s``, ``video_timestamps_ignored`` with ``video_assumed_fps``,
             ``video_resampled_from_fps``, ``video_rotated_deg``; ``video_fallback``: why an audio-visual
             item's video was not used, it was then decoded audio-only, ``modality`` ``"audio"``;
-            ``resampled_from_hz``, ``noise``, ``snr_db``, ``words_note``, ``edges_changed_frames``,
-            ``edges_note``), what fusion did with audio-visual input whose views were ranked (``audio_gate``:
-            the mean audio gate, near 0 where the model fell back to the lips; ``video_trust``: the video
-            trust gate, near 0 for lips the model takes for someone else's or a frozen mouth;
-            :meth:`avsr.encoder.AVHubertEncoder.gate_means`) and ``warning`` (an input longer than the model's
-            training utterances, audio recorded below 16 kHz).
+            ``resampled_from_hz``, ``narrowband_db``, ``noise``, ``snr_db``, ``words_note``,
+            ``edges_changed_frames``, ``edges_note``), what fusion did with audio-visual input whose views
+            were ranked (``audio_gate``: the mean audio gate, near 0 where the model fell back to the lips;
+            ``video_trust``: the video trust gate, near 0 for lips the model takes for someone else's or a
+            frozen mouth; :meth:`avsr.encoder.AVHubertEncoder.gate_means`) and ``warning`` (an input longer
+            than the model's training utterances, audio recorded below 16 kHz, an audio array without
+            ``sample_rate`` that looks like 8 kHz audio).
         error: why the item could not be transcribed, or None.
         views: audio-visual input decoded with ``views=True``
             (:meth:`avsr.inference.Transcriber.transcribe_batch`): the transcripts of the single-stream views
