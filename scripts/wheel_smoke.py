@@ -18,7 +18,8 @@ Checks, in order (each prints one ``[smoke]`` line with its time):
 7. end to end: ``AVSRModel.from_yaml("avsr_synthgrid_cpu")`` with random weights and a tiny sentencepiece
    model is saved as an avsr checkpoint, and the ``avsr-decode`` console script decodes a one-utterance
    Kaldi data dir (16 kHz wav, 96x96 25 fps gray mp4) audio-visually with ``--decode-config default``;
-8. the transcription API (:func:`check_transcriber`).
+8. the transcription API (:func:`check_transcriber`);
+9. the shipped model from Python, ``avsr transcribe`` and the demo's endpoint (:func:`check_shipped_model`).
 
 Usage: ``python wheel_smoke.py --checkout REPO --wheel DIST/avsr-*.whl`` (exit status 0 when all pass;
 an AssertionError names the failed check).
@@ -83,13 +84,14 @@ def under(path: Path, root: Path) -> bool:
 
 def package_data_files(checkout: Path) -> list[str]:
     """Paths (relative to ``avsr/``) of the checkout's package-data files: everything under ``avsr/conf``,
-    ``avsr/data/assets`` and ``avsr/demo/static`` (the demo's page)."""
+    ``avsr/data/assets`` and ``avsr/demo/static`` (the demo's page), and the shipped models' files
+    (``avsr/pretrained/<name>/``)."""
     pkg = checkout / "avsr"
     return sorted(
         p.relative_to(pkg).as_posix()
-        for d in ("conf", "data/assets", "demo/static")
+        for d in ("conf", "data/assets", "demo/static", "pretrained")
         for p in (pkg / d).rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".py"
     )
 
 
@@ -355,6 +357,40 @@ def check_transcriber(checkpoint: Path, bpemodel: Path, wav: Path, video: Path) 
     log(f"    Transcriber and avsr transcribe: {by_path.text[:60]!r}")
 
 
+@timed("9 the shipped model: Transcriber, avsr transcribe and avsr demo without a checkpoint")
+def check_shipped_model(work: Path) -> None:
+    """The model in the wheel (``avsr/pretrained/synthgrid``) reads its example utterance right: by name from
+    Python, from ``avsr transcribe`` without ``--checkpoint`` (the wav alone; the ROI video paired with it by
+    ``--audio``) and from the demo's ``POST /api/transcribe`` (with the ``[demo]`` extra)."""
+    import avsr
+    import avsr.pretrained
+
+    folder = avsr.pretrained.ROOT / avsr.pretrained.DEFAULT_MODEL
+    wav, mp4 = folder / "example.wav", folder / "example.mp4"
+    expected = (folder / "example.txt").read_text().strip()
+    transcriber = avsr.Transcriber.from_pretrained("synthgrid")
+    assert transcriber(audio=wav).text == expected, transcriber(audio=wav)
+    assert transcriber(video=mp4, audio=wav).text == expected
+    tool = str(Path(sys.executable).parent / "avsr")
+    for args in ([str(wav)], [str(mp4), "--audio", str(wav)]):
+        proc = subprocess.run([tool, "transcribe", *args], capture_output=True, text=True, timeout=600,
+                              cwd=work)
+        assert proc.returncode == 0, f"avsr transcribe {args}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
+        assert proc.stdout.strip().endswith(f"\t{expected}"), proc.stdout
+    try:
+        from fastapi.testclient import TestClient
+    except ImportError:
+        log("    no [demo] extra here: the demo's endpoint is not checked")
+        return
+    from avsr.demo.app import create_app
+
+    client = TestClient(create_app(transcriber, model_name="synthgrid"))
+    with open(wav, "rb") as f:
+        answer = client.post("/api/transcribe", files={"audio": ("example.wav", f, "audio/wav")})
+    assert answer.status_code == 200 and answer.json()["text"] == expected, answer.text
+    log(f"    {expected!r} from Transcriber, avsr transcribe (wav; mp4 --audio wav) and /api/transcribe")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every check; exit status 0 when all pass."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -373,6 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="avsr-smoke-") as tmp:
         paths = check_decode(Path(tmp))
         check_transcriber(*paths)
+        check_shipped_model(Path(tmp))
     log(f"all checks passed in {time.perf_counter() - t0:.1f} s")
     return 0
 
