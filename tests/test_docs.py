@@ -102,7 +102,7 @@ def test_api_reference_shows_call_types_defaults_and_links(site):
     assert 'id="avsr.inference.transcriber.Transcriber._' not in page.replace("__call__", "")  # private
     call = _parameters(page, "avsr.inference.transcriber.Transcriber.__call__")
     assert call["video"] == call["audio"] == ("PathLike | ndarray | Tensor | None", "None")
-    assert call["sample_rate"] == ("int", "SAMPLE_RATE")
+    assert call["sample_rate"] == ("int | None", "None")
     batch = _parameters(page, "avsr.inference.transcriber.Transcriber.transcribe_batch")
     assert batch["items"][1] == "required"
     assert batch["noise"] == ("PathLike | Tensor | NoiseSource | None", "None")
