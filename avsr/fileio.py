@@ -9,12 +9,15 @@ k-means models and feature shards (:mod:`avsr.clustering`), plots and ESPnet dum
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import os
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["tmp_path_for", "atomic_path", "write_text_atomic", "remove_stale_tmp"]
+__all__ = ["tmp_path_for", "atomic_path", "write_text_atomic", "remove_stale_tmp", "settled_media_dir"]
 
 _TMP = re.compile(r"^\..+\.(\d+)\.tmp$")
 
@@ -82,3 +85,23 @@ def remove_stale_tmp(directory: str | os.PathLike, recursive: bool = False) -> l
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
+
+
+def settled_media_dir(dst: str | os.PathLike, settings: dict, record: str) -> Path:
+    """``<dst>/media`` of a data dir made from another (a test set with other edges or other lips), ready to
+    fill: media made with other ``settings`` (a JSON-able dict: the source and the options) are removed, the
+    settings are recorded in ``<dst>/<record>``, so that media made with these settings are kept and an
+    interrupted run resumes.
+
+    Raises:
+        OSError: the folder cannot be made or emptied.
+    """
+    dst = Path(dst)
+    media, path = dst / "media", dst / record
+    if media.exists() and (not path.exists() or json.loads(path.read_text()) != settings):
+        logging.getLogger("avsr.fileio").info(
+            "%s was made from another source or with other options: its media are made anew", dst)
+        shutil.rmtree(media)
+    media.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(settings, indent=1) + "\n")
+    return media

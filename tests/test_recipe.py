@@ -48,7 +48,8 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
 
     rows = json.loads(results_path.read_text())
     conditions = {(r["test_set"], r["modality"], r["noise"], r["snr_db"]) for r in rows}
-    sizes = {"test": 6, "test_unseen_voice": 4, "test_espeak_ng": 3, "test_flite": 2, "test_edges": 6}
+    sizes = {"test": 6, "test_unseen_voice": 4, "test_espeak_ng": 3, "test_flite": 2, "test_edges": 6,
+             "test_other_lips": 6, "test_frozen_mouth": 6, "test_photo_lips": 6}  # stage 3's lip test sets
     assert conditions == {(t, m, n, s) for t in sizes for m in ("audio", "video", "audiovisual")
                           for n, s in (("clean", None), ("babble", 0.0), ("babble", -5.0))}
     for r in rows:
@@ -135,7 +136,8 @@ def test_pretrain_recipe_clusters_pretrains_and_compares_with_scratch(tmp_path):
             "--train-speakers", "4", "--num-test-unseen-voice", "4", "--test-unseen-voice-speakers", "2",
             "--babble-seconds", "8", "--pretrain-config", str(pre_cfg),
             "--train-config", str(train_cfg), "--decode-config", str(decode_cfg), "--test-snrs", "0",
-            "--km-classes", "8", "--km-classes2", "6", "--finetune-percent", "50", "--tag", "tiny"]
+            "--km-classes", "8", "--km-classes2", "6", "--finetune-percent", "50", "--tag", "tiny",
+            "--lip-test-sets", ""]  # no lip test sets: the default recipe's test makes and decodes them
     env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin:/usr/local/bin", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(["bash", str(RECIPE / "run_pretrain.sh"), *args], capture_output=True, text=True,
                           env=env, timeout=900)

@@ -17,11 +17,10 @@ from avsr.decode.searcher import Searcher
 from avsr.encoder import AVHubertEncoder, VideoGate
 from avsr.models import AVSRModel
 from tests.test_beam_search import TINY_DECODER, TINY_ENCODER
+from tests.test_rescore import LENS, _inputs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-HW = 16
-LENS = torch.tensor([14, 10, 12])
 
 
 def _model(trust_bias: float | None = None, video_gate_weight: float = 0.0, views=("audiovisual",),
@@ -40,17 +39,6 @@ def _model(trust_bias: float | None = None, video_gate_weight: float = 0.0, view
             model.encoder.video_gate.proj.weight.zero_()
             model.encoder.video_gate.proj.bias.fill_(trust_bias)
     return model
-
-
-def _inputs(seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    t = int(LENS.max())
-    audio = torch.randn(3, 104, t, generator=g)
-    video = torch.randn(3, 1, t, HW, HW, generator=g)
-    for i, n in enumerate(LENS.tolist()):
-        audio[i, :, n:] = 0
-        video[i, :, n:] = 0
-    return audio, video
 
 
 def test_a_closed_video_gate_gives_exactly_the_audio_only_input():

@@ -12,9 +12,7 @@ The choices are a function of the seed and the utterance id only (:func:`edge_ch
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from avsr.data.datadir import DataDirError, Utterance, read_datadir, write_datad
 from avsr.data.media import read_video, read_wav, write_video, write_wav
 from avsr.data.noise import stable_seed
 from avsr.features import SAMPLES_PER_FRAME, shift_edges, silent_edges
-from avsr.fileio import write_text_atomic
+from avsr.fileio import settled_media_dir
 
 __all__ = ["edge_change", "make_edge_utterance", "make_edge_test"]
 
@@ -105,14 +103,8 @@ def make_edge_test(src: Path, dst: Path, pad_frames: tuple[int, int], seed: int 
         avsr.data.media.MediaError: a file cannot be read or written.
     """
     utts = read_datadir(src)
-    media = dst / "media"
     settings = {"src": str(src.resolve()), "seed": seed, "pad_frames": list(pad_frames)}
-    record = dst / "edge_test.json"
-    if media.exists() and (not record.exists() or json.loads(record.read_text()) != settings):
-        logger.info("%s was made from another source or with other options: its media are made anew", dst)
-        shutil.rmtree(media)
-    media.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(record, json.dumps(settings, indent=1) + "\n")
+    media = settled_media_dir(dst, settings, "edge_test.json")
     out, changes = [], {}
     for u in tqdm(utts, desc="edge test", disable=not progress):
         new, changes[u.utt_id] = make_edge_utterance(u, media, pad_frames, seed)

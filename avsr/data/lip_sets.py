@@ -16,9 +16,7 @@ The choices are a function of the seed and the utterance ids only, so the sets a
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -30,7 +28,7 @@ from avsr.data.dataset import untrusted_video
 from avsr.data.media import read_video, write_video
 from avsr.data.noise import stable_seed
 from avsr.data.photo_mouth import mouth_openness, photo_mouth
-from avsr.fileio import write_text_atomic
+from avsr.fileio import settled_media_dir, write_text_atomic
 
 __all__ = ["LIP_SETS", "make_lip_set"]
 
@@ -75,14 +73,7 @@ def make_lip_set(src: Path, dst: Path, name: str, seed: int = 0, progress: bool 
         raise DataDirError(f"{src}: utterance '{missing[0]}' has no video.scp entry")
     if kind == "other" and len(utts) < 2:
         raise DataDirError(f"{src}: other_lips needs at least 2 utterances, got {len(utts)}")
-    media = dst / "media"
-    settings = {"src": str(src.resolve()), "name": name, "seed": seed}
-    record = dst / "lip_set.json"
-    if media.exists() and (not record.exists() or json.loads(record.read_text()) != settings):
-        logger.info("%s was made from another source or with other options: its media are made anew", dst)
-        shutil.rmtree(media)
-    media.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(record, json.dumps(settings, indent=1) + "\n")
+    media = settled_media_dir(dst, {"src": str(src.resolve()), "name": name, "seed": seed}, "lip_set.json")
     out, donors = [], {}
     for i, u in enumerate(tqdm(utts, desc=name, disable=not progress)):
         target = media / f"{u.utt_id}.mp4"
