@@ -391,6 +391,7 @@ class AVSRModel(nn.Module):
         for view in views:  # 1-4 views; each a whole batch through the transformer and the decoder
             keep = VIEWS[view]
             view_audio = audio_clean if view == "audiovisual_clean" and audio_clean is not None else audio
+            targets = (ys, ys_lens, ys_in, ys_out, phones)
             if gate_loss and keep == ("audio", "video"):  # the first two-stream view: the trust gate's loss
                 enc, trust = self._encode_with_trust(view_audio, lengths, video_features)
                 gate_terms = self._trust_losses(trust, video_trusted)
@@ -403,25 +404,16 @@ class AVSRModel(nn.Module):
                 if rows.numel() == 0:
                     continue
                 enc = self.encode(None, None, lengths[rows], video_features=video_features[rows])
-                view_phones = None if phones is None else (phones[0][rows], phones[1][rows])
-                view_loss, view_stats = self._loss(enc, ys[rows], ys_lens[rows], ys_in[rows], ys_out[rows],
-                                                   view_phones)
-                loss = view_loss if loss is None else loss + view_loss
-                self._add_stats(stats, view_stats, len(views))
-                continue
+                targets = (ys[rows], ys_lens[rows], ys_in[rows], ys_out[rows],
+                           None if phones is None else (phones[0][rows], phones[1][rows]))
             else:
                 enc = self.encode(view_audio if "audio" in keep else None, None, lengths,
                                   video_features=video_features if "video" in keep else None)
-            view_loss, view_stats = self._loss(enc, ys, ys_lens, ys_in, ys_out, phones)
+            view_loss, view_stats = self._loss(enc, *targets)
             loss = view_loss if loss is None else loss + view_loss
-            self._add_stats(stats, view_stats, len(views))
+            for key, value in view_stats.items():
+                stats[key] = stats.get(key, 0.0) + (value / len(views) if key == "acc" else value)
         return loss, stats
-
-    @staticmethod
-    def _add_stats(stats: dict[str, Tensor], view_stats: dict[str, Tensor], num_views: int) -> None:
-        """Add one view's stats to ``stats``: sums, and the mean of the accuracies."""
-        for key, value in view_stats.items():
-            stats[key] = stats.get(key, 0.0) + (value / num_views if key == "acc" else value)
 
     def _encode_with_trust(self, audio: Tensor, lengths: Tensor, video_features: Tensor
                            ) -> tuple[tuple[Tensor, Tensor], VideoTrust]:
