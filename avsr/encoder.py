@@ -678,13 +678,21 @@ class AVHubertEncoder(nn.Module):
         """Two-stream ``(B, D, T)`` front-end outputs through the gates: the audio scaled by ``1 - gv (1 -
         ga)`` (``ga``: :class:`AudioGate`, 1 without one), the video by ``gv`` (:class:`VideoGate`, 1 without
         one); returns them and what the video gate computed (None without one)."""
-        audio_gate = self.audio_gate(audio, video, padding_mask) if self.audio_gate is not None else None
-        if self.video_gate is None:
-            return (audio if audio_gate is None else audio * audio_gate), video, None
-        trust = self.video_gate(audio, video, padding_mask)
+        audio_gate, trust = self._gates(audio, video, padding_mask)
         if audio_gate is not None:
-            audio = audio * (1.0 - trust.gate * (1.0 - audio_gate))
-        return audio, video * trust.gate, trust
+            audio = audio * audio_gate
+        return audio, (video if trust is None else video * trust.gate), trust
+
+    def _gates(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None
+               ) -> tuple[torch.Tensor | None, VideoTrust | None]:
+        """The gates of two-stream ``(B, D, T)`` front-end outputs: the audio's ``(B, 1, T)``, ``1 - gv (1 -
+        ga)`` (``ga``: :class:`AudioGate`, 1 without one; ``gv``: :class:`VideoGate`, 1 without one; None
+        without an audio gate), and what the video gate computed (None without one)."""
+        audio_gate = self.audio_gate(audio, video, padding_mask) if self.audio_gate is not None else None
+        trust = self.video_gate(audio, video, padding_mask) if self.video_gate is not None else None
+        if audio_gate is not None and trust is not None:
+            audio_gate = 1.0 - trust.gate * (1.0 - audio_gate)
+        return audio_gate, trust
 
     def gate_means(self, audio: torch.Tensor, video_features: torch.Tensor, ilens: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -715,16 +723,9 @@ class AVHubertEncoder(nn.Module):
         if ilens is None:
             ilens = torch.full((b,), t, dtype=torch.long, device=audio.device)
         padding_mask = self._padding_mask(ilens, t)
-        feats_audio = self._audio_front_end(audio, padding_mask)
-        audio_gate = video_gate = None
-        if self.video_gate is not None:
-            video_gate = self.video_gate(feats_audio, video_features, padding_mask).gate.float()[:, 0, 0]
-        if self.audio_gate is not None:
-            gate = self.audio_gate(feats_audio, video_features, padding_mask).float()
-            if video_gate is not None:
-                gate = 1.0 - video_gate[:, None, None] * (1.0 - gate)
-            audio_gate = valid_mean(gate, padding_mask)[:, 0, 0]
-        return audio_gate, video_gate
+        gate, trust = self._gates(self._audio_front_end(audio, padding_mask), video_features, padding_mask)
+        return (None if gate is None else valid_mean(gate.float(), padding_mask)[:, 0, 0],
+                None if trust is None else trust.gate.float()[:, 0, 0])
 
     def _modality_dropout(self, audio: torch.Tensor, video: torch.Tensor
                           ) -> tuple[torch.Tensor | None, torch.Tensor | None]:

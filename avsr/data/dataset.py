@@ -116,11 +116,7 @@ def untrusted_video(video: torch.Tensor, kind: str, generator: torch.Generator,
         if kind == "other":
             return other
         photo = photo_mouth(mouth_openness(other))
-        if photo.shape[1:] == video.shape[1:]:
-            return photo
-        big = F.interpolate(photo[:, None].float(), size=video.shape[1:], mode="bilinear",
-                            align_corners=False)
-        return big[:, 0].round().clamp(0, 255).to(video.dtype)
+        return photo if photo.shape[1:] == video.shape[1:] else _resized(photo.float(), video)
     if kind == "frozen":
         return video[int(torch.randint(0, t, (1,), generator=generator))].expand(t, -1, -1).clone()
     if kind == "shift":
@@ -128,10 +124,14 @@ def untrusted_video(video: torch.Tensor, kind: str, generator: torch.Generator,
         sign = 1 if float(torch.rand((), generator=generator)) < 0.5 else -1
         return torch.roll(video, sign * step, dims=0)
     if kind == "blur":
-        small = F.interpolate(video[:, None].float(), size=(8, 8), mode="area")
-        big = F.interpolate(small, size=video.shape[1:], mode="bilinear", align_corners=False)
-        return big[:, 0].round().to(video.dtype)
+        return _resized(F.interpolate(video[:, None].float(), size=(8, 8), mode="area")[:, 0], video)
     raise ValueError(f"untrusted_video: kind must be one of {list(UNTRUSTED_VIDEO_KINDS)}, got {kind!r}")
+
+
+def _resized(frames: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``(T, h, w)`` float frames scaled (bilinear) to the size and dtype of ``like`` ``(T, H, W)``."""
+    big = F.interpolate(frames[:, None], size=like.shape[1:], mode="bilinear", align_corners=False)
+    return big[:, 0].round().clamp(0, 255).to(like.dtype)
 
 
 @dataclass
