@@ -102,17 +102,22 @@ class VideoTrust(NamedTuple):
     """What :class:`VideoGate` computes for a two-stream batch.
 
     Attributes:
-        gate: ``(B, 1, 1)`` gate in (0, 1) (the input's dtype) that scales the video features.
+        gate: ``(B, 1, 1)`` gate in (0, 1), or 0 or 1 where the search decides (the input's dtype), that
+            scales the video features.
         logit: ``(B,)`` float32, its logit.
         similarity: ``(B, T, 2K + 1)`` float32 cosine similarity of the audio embedding of frame ``t`` with
             the video embedding of frame ``t + j - K`` (``K``: ``max_offset``), the synchronisation evidence.
         valid: ``(B, T, 2K + 1)`` bool, where both frames lie within the utterance.
+        margin: ``(B,)`` float32, the sync margin: the mean similarity at offset 0 less the mean of those
+            at offsets of 3 frames or more (about 0.2-0.4 for lips in sync with clean audio, lower in noise;
+            near 0 for lips that say something else).
     """
 
     gate: torch.Tensor
     logit: torch.Tensor
     similarity: torch.Tensor
     valid: torch.Tensor
+    margin: torch.Tensor
 
 
 class VideoGate(nn.Module):
@@ -137,6 +142,11 @@ class VideoGate(nn.Module):
     over ``similarity / 0.1``). A closed gate gives exactly the fused input of audio-only input (the
     encoder's ``_gated``). An avsr extension; it is not in AV-HuBERT.
 
+    Decoding: :class:`avsr.decode.searcher.Searcher` may decide per utterance instead (``decision``, set
+    for the call: ``(B,)`` 0 or 1 in eval mode): 1 uses the video whole, as the fused model was trained on it,
+    0 drops it (the utterance is decoded exactly as its audio alone). None (the default, and always in
+    training): the soft gate. :attr:`VideoTrust.margin` is the evidence the decision weighs.
+
     Raises:
         ValueError: ``hidden < 1``, an even ``kernel`` or ``max_offset < 3``.
     """
@@ -159,6 +169,7 @@ class VideoGate(nn.Module):
         self.proj = nn.Linear(2, 1)
         nn.init.zeros_(self.proj.weight)
         nn.init.constant_(self.proj.bias, 3.0)
+        self.decision: torch.Tensor | None = None  # (B,) 0/1 in eval mode: see the class
 
     def forward(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None
                 ) -> VideoTrust:
@@ -188,7 +199,10 @@ class VideoGate(nn.Module):
         off_max = mean.masked_fill(~far, -2.0).amax(dim=1)
         features = 10.0 * torch.stack([at_zero - off_mean, at_zero - off_max], dim=1)  # (B, 2)
         logit = self.proj(features)[:, 0]
-        return VideoTrust(torch.sigmoid(logit).to(video.dtype)[:, None, None], logit, similarity, valid)
+        gate = torch.sigmoid(logit)
+        if self.decision is not None and not self.training:
+            gate = self.decision.to(gate)
+        return VideoTrust(gate.to(video.dtype)[:, None, None], logit, similarity, valid, at_zero - off_mean)
 
 
 @dataclass
@@ -715,6 +729,25 @@ class AVHubertEncoder(nn.Module):
         """
         if self.audio_gate is None and self.video_gate is None:
             return None, None
+        padding_mask = self._two_streams(audio, video_features, ilens)
+        gate, trust = self._gates(self._audio_front_end(audio, padding_mask), video_features, padding_mask)
+        return (None if gate is None else valid_mean(gate.float(), padding_mask)[:, 0, 0],
+                None if trust is None else trust.gate.float()[:, 0, 0])
+
+    def sync_margin(self, audio: torch.Tensor, video_features: torch.Tensor, ilens: torch.Tensor | None = None
+                    ) -> torch.Tensor | None:
+        """Each utterance's sync margin (:attr:`VideoTrust.margin`): ``(B,)`` float32, or None for an encoder
+        without a video trust gate. Arguments and errors as :meth:`gate_means`."""
+        if self.video_gate is None:
+            return None
+        padding_mask = self._two_streams(audio, video_features, ilens)
+        audio_features = self._audio_front_end(audio, padding_mask)
+        return self.video_gate(audio_features, video_features, padding_mask).margin
+
+    def _two_streams(self, audio: torch.Tensor, video_features: torch.Tensor, ilens: torch.Tensor | None
+                     ) -> torch.Tensor | None:
+        """The padding mask (as :meth:`_padding_mask`) of ``(B, F, T)`` audio and ``(B, D, T)`` video
+        features, checked to agree in B and T (ValueError)."""
         if audio.dim() != 3 or video_features.dim() != 3 or audio.shape[0] != video_features.shape[0] \
                 or audio.shape[2] != video_features.shape[2]:
             raise ValueError(f"audio (B, F, T) and video_features (B, D, T) must agree in B and T, got "
@@ -722,10 +755,7 @@ class AVHubertEncoder(nn.Module):
         b, t = audio.shape[0], audio.shape[2]
         if ilens is None:
             ilens = torch.full((b,), t, dtype=torch.long, device=audio.device)
-        padding_mask = self._padding_mask(ilens, t)
-        gate, trust = self._gates(self._audio_front_end(audio, padding_mask), video_features, padding_mask)
-        return (None if gate is None else valid_mean(gate.float(), padding_mask)[:, 0, 0],
-                None if trust is None else trust.gate.float()[:, 0, 0])
+        return self._padding_mask(ilens, t)
 
     def _modality_dropout(self, audio: torch.Tensor, video: torch.Tensor
                           ) -> tuple[torch.Tensor | None, torch.Tensor | None]:

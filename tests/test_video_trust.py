@@ -300,3 +300,69 @@ def test_the_video_gate_compares_the_streams_at_each_offset_and_trusts_lips_in_s
     mask = torch.arange(t + 10)[None] >= t
     with torch.no_grad():
         torch.testing.assert_close(gate(*padded, mask).logit, trust.logit[:1], atol=1e-5, rtol=1e-5)
+
+
+def test_the_sync_margin_is_offset_zero_against_the_far_offsets_and_a_decision_replaces_the_gate():
+    g = torch.Generator().manual_seed(1)
+    speech = torch.randn(2, 8, 30, generator=g)
+    video = torch.stack([speech[0], torch.roll(speech[1], 8, 1)])
+    gate = _sync_gate().eval()
+    with torch.no_grad():
+        trust = gate(speech, video, None)
+    # the logit of _sync_gate is 10 * margin - 0.5
+    torch.testing.assert_close(trust.margin, (trust.logit + 0.5) / 10, atol=1e-5, rtol=1e-5)
+    assert trust.margin[0] > 0.5 > trust.margin[1]
+    gate.decision = torch.tensor([0.0, 1.0])
+    with torch.no_grad():
+        decided = gate(speech, video, None)
+    assert decided.gate.flatten().tolist() == [0.0, 1.0]
+    torch.testing.assert_close(decided.margin, trust.margin)
+    gate.train()  # training always runs the soft gate
+    with torch.no_grad():
+        torch.testing.assert_close(gate(speech, video, None).gate, trust.gate)
+
+
+def test_the_search_uses_the_lips_whole_or_not_at_all_by_their_sync_margin():
+    audio, video = _inputs()
+    base = dict(beam_size=4, ctc_weight=0.3, maxlenratio=-4.0, video_weight=1.0, audio_weight=3.0,
+                audio_confidence=2.0)
+    model = _model(trust_bias=0.0)  # a soft gate of 0.5: neither the lips nor the audio alone
+
+    def decode(v, **rule):
+        gates = {}
+        hyps = Searcher(model, DecodeConfig(**base, **rule)).decode(audio, v, LENS, gates=gates)[0]
+        return [h[0].tokens for h in hyps], [h[0].score for h in hyps], gates
+
+    alone = decode(None)[0]
+    never = decode(video, video_sync_margin=2.0)
+    assert never[0] == alone and never[2]["video_trust"].tolist() == [0.0] * len(LENS)
+    assert model.encoder.video_gate.decision is None  # set for the call only
+    always = decode(video, video_sync_margin=-2.0)
+    assert always[2]["video_trust"].tolist() == [1.0] * len(LENS)
+    soft = decode(video)
+    assert soft[2]["video_trust"].min() < 0.9 and "video_sync" not in soft[2]
+    assert max(abs(a - b) for a, b in zip(always[1], soft[1])) > 1e-3
+    # the bar: margin >= video_sync_margin + video_sync_slope * q, per utterance
+    margin, q = always[2]["video_sync"], always[2]["audio_ctc_confidence"]
+    assert bool((q <= 0).all()) and margin.shape == q.shape == (len(LENS),)
+    evidence = margin - 0.5 * q
+    bar = float(evidence.min() + evidence.max()) / 2
+    split = decode(video, video_sync_margin=bar, video_sync_slope=0.5)
+    used = (margin >= bar + 0.5 * q).float()
+    assert split[2]["video_trust"].tolist() == used.tolist() and 0 < used.sum() < len(LENS)
+    for i, u in enumerate(used.tolist()):
+        assert split[0][i] == (always if u else never)[0][i]
+
+
+def test_the_sync_rule_comes_from_the_config_or_the_model_and_needs_a_ctc_head():
+    assert DecodeConfig().sync_rule({"video_sync_margin": 0.2}) == (0.2, 0.0)
+    own = DecodeConfig(video_sync_slope=2.0)
+    assert own.sync_rule({"video_sync_margin": 0.2, "video_sync_slope": 1}) == (0.2, 2.0)
+    assert DecodeConfig().sync_rule(None) is None
+    with pytest.raises(ConfigError, match="video_sync_margin"):
+        DecodeConfig(video_sync_margin=5.0)
+    model = _model(decode_defaults={"video_sync_margin": 0.1, "video_sync_slope": 1.0})
+    assert Searcher(model, DecodeConfig()).sync_rule == (0.1, 1.0)
+    model.ctc_lo = None
+    with pytest.raises(ValueError, match="video_sync_margin"):
+        Searcher(model, DecodeConfig())

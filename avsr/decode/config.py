@@ -117,6 +117,16 @@ class DecodeConfig(_Readers, Config):
             hypothesis: about -0.1 on clean speech the model hears well, below -0.5 in babble at 0 dB. Clean
             audio then outvotes lips unlike the training ROIs (a real face through the ROI stage), noisy
             audio does not. None (default): the model's ``decode_defaults``, else 0 (off).
+        video_sync_margin, video_sync_slope: audio-visual input of a model with a video trust gate
+            (``video_gate``) only: the search decides per utterance whether to use the lips at all, instead
+            of the gate's soft scaling (:class:`avsr.encoder.VideoGate`). The lips are used whole where their
+            sync margin (:attr:`avsr.encoder.VideoTrust.margin`) reaches ``video_sync_margin +
+            video_sync_slope * q``, and not at all elsewhere (the utterance is then decoded exactly as its
+            audio alone); ``q`` (<= 0) is the audio-only view's confidence, the mean over frames of its
+            largest CTC log probability: about -0.015 on clean speech, -0.1 in babble at -5 dB. Noise
+            lowers the margin of lips in sync, so the bar is lower where the audio is unsure, where the lips
+            matter most. A model with a CTC head only. None (default): the model's ``decode_defaults``; a
+            margin of None there too keeps the soft gate (a slope of None: 0).
 
     Raises:
         avsr.config.ConfigError: a value out of range (named).
@@ -139,6 +149,8 @@ class DecodeConfig(_Readers, Config):
     video_weight: float | None = option(None, ge=0, finite=True)
     audio_weight: float | None = option(None, ge=0, finite=True)
     audio_confidence: float | None = option(None, ge=0, finite=True)
+    video_sync_margin: float | None = option(None, ge=-2, le=2)
+    video_sync_slope: float | None = option(None, ge=0, finite=True)
 
     def check(self) -> None:
         """``nbest <= beam_size``. Raises :class:`avsr.config.ConfigError`."""
@@ -158,6 +170,11 @@ class DecodeConfig(_Readers, Config):
         """``(video_weight, audio_weight, audio_confidence)``, each ``default``'s where it is None."""
         own = (self.video_weight, self.audio_weight, self.audio_confidence)
         return tuple(v if v is not None else d for v, d in zip(own, default))  # type: ignore[return-value]
+
+    def sync_rule(self, decode_defaults: Mapping[str, Any] | None) -> tuple[float, float] | None:
+        """``(video_sync_margin, video_sync_slope)``, each the model's ``decode_defaults``' where None (a
+        slope left unset: 0); None where no margin is set (the soft gate)."""
+        return _sync_rule(self.video_sync_margin, self.video_sync_slope, decode_defaults)
 
 
 
@@ -206,6 +223,11 @@ class FairseqConfig(_Readers, Config):
         """``(0, 0, 0)``: the fairseq search has no final ranking with the views."""
         return 0.0, 0.0, 0.0
 
+    def sync_rule(self, decode_defaults: Mapping[str, Any] | None) -> tuple[float, float] | None:
+        """The model's ``decode_defaults``' ``(video_sync_margin, video_sync_slope)`` (None: the soft gate):
+        the decision shapes the fused input, whichever search follows."""
+        return _sync_rule(None, None, decode_defaults)
+
 
 
 #: a decoding configuration of either search.
@@ -226,6 +248,16 @@ def default_view_weights(decode_defaults: Mapping[str, Any] | None) -> tuple[flo
     defaults = decode_defaults or {}
     return tuple(float(defaults.get(k) or 0.0)  # type: ignore[return-value]
                  for k in ("video_weight", "audio_weight", "audio_confidence"))
+
+
+def _sync_rule(margin: float | None, slope: float | None, decode_defaults: Mapping[str, Any] | None
+               ) -> tuple[float, float] | None:
+    """``(video_sync_margin, video_sync_slope)`` with None taken from ``decode_defaults``, None without a
+    margin."""
+    defaults = decode_defaults or {}
+    margin = margin if margin is not None else defaults.get("video_sync_margin")
+    slope = slope if slope is not None else defaults.get("video_sync_slope")
+    return None if margin is None else (float(margin), float(slope or 0.0))
 
 
 def searched_views(weights: tuple[float, float, float]) -> tuple[str, ...]:

@@ -51,15 +51,24 @@ class Searcher:
     Attributes:
         view_weights: ``(video_weight, audio_weight, audio_confidence)`` used for audio-visual input (weights
             ``(0, 0)``: one search).
+        sync_rule: ``(video_sync_margin, video_sync_slope)``: the per-utterance decision whether to use the
+            lips (:class:`avsr.decode.config.DecodeConfig`; set on the model's video gate for the call), or
+            None (the gate's soft scaling, and always for a model without a video gate).
 
     Raises:
         ValueError: a view weight > 0 for a model without an audio gate (names the key and where it came
-            from).
+            from); a ``video_sync_margin`` for a model without a CTC head.
     """
 
     def __init__(self, model: Any, config: SearchConfig) -> None:
         self.model, self.config = model, config
-        self.view_weights = config.view_weights(default_view_weights(getattr(model, "decode_defaults", None)))
+        defaults = getattr(model, "decode_defaults", None)
+        self.view_weights = config.view_weights(default_view_weights(defaults))
+        rule = config.sync_rule(defaults)
+        self.sync_rule = rule if getattr(model.encoder, "video_gate", None) is not None else None
+        if self.sync_rule is not None and getattr(model, "ctc_lo", None) is None:
+            raise ValueError("video_sync_margin weighs the audio-only view's CTC confidence: this model has "
+                             "no CTC head; set video_sync_margin: null")
         if max(self.view_weights[:2]) > 0 and getattr(model.encoder, "audio_gate", None) is None:
             i = 0 if self.view_weights[0] > 0 else 1
             name = ("video_weight", "audio_weight")[i]
@@ -133,8 +142,14 @@ class Searcher:
         try:
             both = audio is not None and (video is not None or video_features is not None)
             weights = self.view_weights if both else (0.0, 0.0, 0.0)
-            if max(weights[:2]) > 0 and video_features is None:  # computed once for every view
+            decide = both and self.sync_rule is not None
+            if (max(weights[:2]) > 0 or decide) and video_features is None:  # computed once for every view
                 video_features, video = model.encoder.encode_video(video, lengths), None
+            audio_view = None
+            if decide:
+                audio_view = self._audio_view(audio, lengths)
+                model.encoder.video_gate.decision = self._sync_decision(audio, video_features, lengths,
+                                                                         audio_view[1], gates)
             enc, enc_lens = model.encode(audio, video, lengths, video_features)
             ctc_logp = model.ctc_log_probs(enc)
             # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
@@ -143,20 +158,43 @@ class Searcher:
             if max(weights[:2]) == 0:
                 return self.search(enc, enc_lens, ctc_logp, src_len), ctc_logp, enc_lens
             hyps = self._ranked_with_views(audio, video_features, lengths, weights, enc, enc_lens, ctc_logp,
-                                           src_len, views, gates)
+                                           src_len, views, gates, audio_view)
             return hyps, ctc_logp, enc_lens
         finally:
             model.train(was_training)
+            if getattr(model.encoder, "video_gate", None) is not None:
+                model.encoder.video_gate.decision = None
+
+    def _audio_view(self, audio: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """The audio-only view: encoder output ``(B, T, D)`` and CTC log-probabilities ``(B, T, V)``."""
+        enc_a, _ = self.model.encode(audio, None, lengths)
+        return enc_a, self.model.ctc_log_probs(enc_a)
+
+    def _sync_decision(self, audio: Tensor, video_features: Tensor, lengths: Tensor, ctc_a: Tensor,
+                       gates: dict[str, Tensor] | None) -> Tensor:
+        """``(B,)`` float32 1 where the lips are used (their sync margin reaches ``video_sync_margin +
+        video_sync_slope * q``, ``q``: the audio-only view's mean largest CTC log probability per frame), else
+        0; ``gates`` (when given) receives ``"video_sync"`` (the margins) and ``"audio_ctc_confidence"``
+        (``q``)."""
+        margin = self.model.encoder.sync_margin(audio, video_features, lengths).float()
+        valid = torch.arange(ctc_a.size(1), device=ctc_a.device)[None, :] < lengths[:, None]
+        q = (ctc_a.amax(dim=-1) * valid).sum(dim=1) / valid.sum(dim=1)
+        if gates is not None:
+            gates["video_sync"], gates["audio_ctc_confidence"] = margin, q
+        bar, slope = self.sync_rule  # type: ignore[misc]
+        return (margin >= bar + slope * q).float()
 
     def _ranked_with_views(self, audio: Tensor, video_features: Tensor, lengths: Tensor,
                            weights: tuple[float, float, float], enc: Tensor, enc_lens: Tensor,
                            ctc_logp: Tensor | None, src_len: int,
                            views: dict[str, list[list[Hypothesis]]] | None,
-                           gates: dict[str, Tensor] | None = None) -> list[list[Hypothesis]]:
+                           gates: dict[str, Tensor] | None = None,
+                           audio_view: tuple[Tensor, Tensor] | None = None) -> list[list[Hypothesis]]:
         """The fused input's beam search and, with a video weight, the video-only view's (and with an audio
         confidence, the audio-only view's; ``beam_size`` hypotheses each), ranked with the single-stream
         views' scores (:func:`avsr.decode.rescore.rescore_with_views`); ``views`` (when given) receives the
-        views' own hypotheses, cut to ``nbest``, and ``gates`` the mean gates."""
+        views' own hypotheses, cut to ``nbest``, and ``gates`` the mean gates; ``audio_view``: the audio-only
+        view's encoder output and CTC log-probabilities when computed already."""
         model, config = self.model, self.config
         wide = replace(config, nbest=config.beam_size)
         lists = [self.search(enc, enc_lens, ctc_logp, src_len, wide)]
@@ -184,8 +222,7 @@ class Searcher:
             if views is not None:
                 views["video"] = [h[: config.nbest] for h in lists[-1]]
         if weights[1] > 0:
-            enc_a, _ = model.encode(audio, None, lengths)
-            ctc_a = model.ctc_log_probs(enc_a)
+            enc_a, ctc_a = audio_view if audio_view is not None else self._audio_view(audio, lengths)
             weight_a = weights[1] * gate
             own.append(None)
             if "audio" in searched:  # the confidence check: the audio-only view's best, per token
