@@ -144,6 +144,14 @@ def test_the_gates_and_views_of_a_gated_model_are_shown(env, tmp_path):
     assert fusion["views"] == {"video": own.views["video"].text}
     assert (fusion["audio_gate"], fusion["video_trust"]) == (own.info["audio_gate"], own.info["video_trust"])
     assert 0.0 < fusion["audio_gate"] < 1.0 and 0.0 < fusion["video_trust"] < 1.0
+    assert "video_sync" not in fusion  # the soft gate: no decision
+
+    rule = {"video_weight": 0.5, "video_sync_margin": 2.0, "video_sync_slope": 0.0}
+    decided = Transcriber(tr.model, env["tokenizer"], {**DECODE, **rule})
+    r = _post(TestClient(create_app(decided, tmp_dir=tmp_path)), {"video": mp4, "audio": wav})
+    fusion = r.json()["info"]["fusion"]
+    assert fusion["video_trust"] == 0.0  # a margin never reached: the audio alone
+    assert fusion["video_sync_bar"] == 2.0 > fusion["video_sync"] and fusion["audio_ctc_confidence"] < 0
 
 
 @needs_roi_stage

@@ -105,7 +105,9 @@ def transcribe_upload(tr: Transcriber, video: Path | None, audio: Path | None, w
         ``duration_s``, ``allowed`` (the modalities the files allow), ``roi``
         (:func:`avsr.demo.preview.roi_preview` of the mouth track, when the video was decoded), ``fusion``
         (audio-visual decoding: the search's view weights, the single-stream views' texts it ranked with and
-        the mean ``audio_gate`` and ``video_trust`` when the views were ranked) and, with ``compare``,
+        the mean ``audio_gate`` and ``video_trust`` when the views were ranked; with the search's decision on
+        the lips, their ``video_sync`` margin, the audio's ``audio_ctc_confidence`` and the bar the margin had
+        to reach, ``video_sync_bar``) and, with ``compare``,
         ``modalities``: ``{modality: {"text", "words", "modality", "score", "duration_s", "info"}}`` for each
         modality decoded, ``{"modality", "error"}`` for one that failed (the video of a face video without a
         face, ...).
@@ -159,7 +161,11 @@ def transcribe_upload(tr: Transcriber, video: Path | None, audio: Path | None, w
         info["fusion"] = {"video_weight": video_weight, "audio_weight": audio_weight,
                           "audio_confidence": audio_confidence,
                           "views": {name: v.text for name, v in (fused.views or {}).items()},
-                          **{k: fused.info[k] for k in ("audio_gate", "video_trust") if k in fused.info}}
+                          **{k: fused.info[k] for k in ("audio_gate", "video_trust", "video_sync",
+                                                         "audio_ctc_confidence") if k in fused.info}}
+        if tr.searcher.sync_rule is not None and "audio_ctc_confidence" in fused.info:
+            bar, slope = tr.searcher.sync_rule
+            info["fusion"]["video_sync_bar"] = round(bar + slope * fused.info["audio_ctc_confidence"], 4)
     if compare:
         info["modalities"] = {m: _result(done[m]) if m in done else {"modality": m, "error": failed[m]}
                               for m in order}
