@@ -142,10 +142,10 @@ class VideoGate(nn.Module):
     over ``similarity / 0.1``). A closed gate gives exactly the fused input of audio-only input (the
     encoder's ``_gated``). An avsr extension; it is not in AV-HuBERT.
 
-    Decoding: :class:`avsr.decode.searcher.Searcher` may decide per utterance instead (``decision``, set
-    for the call: ``(B,)`` 0 or 1 in eval mode): 1 uses the video whole, as the fused model was trained on it,
-    0 drops it (the utterance is decoded exactly as its audio alone). None (the default, and always in
-    training): the soft gate. :attr:`VideoTrust.margin` is the evidence the decision weighs.
+    Decoding: :class:`avsr.decode.searcher.Searcher` may decide per utterance instead (``decision``: ``(B,)``
+    0 or 1, passed through the encoder's ``video_decision``): 1 uses the video whole, as the fused model was
+    trained on it, 0 drops it (the utterance is decoded exactly as its audio alone). None (the default): the
+    soft gate. :attr:`VideoTrust.margin` is the evidence the decision weighs.
 
     Raises:
         ValueError: ``hidden < 1``, an even ``kernel`` or ``max_offset < 3``.
@@ -169,11 +169,10 @@ class VideoGate(nn.Module):
         self.proj = nn.Linear(2, 1)
         nn.init.zeros_(self.proj.weight)
         nn.init.constant_(self.proj.bias, 3.0)
-        self.decision: torch.Tensor | None = None  # (B,) 0/1 in eval mode: see the class
 
-    def forward(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None
-                ) -> VideoTrust:
-        """See the class; ``audio``, ``video``: ``(B, D, T)``."""
+    def forward(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None,
+                decision: torch.Tensor | None = None) -> VideoTrust:
+        """See the class; ``audio``, ``video``: ``(B, D, T)``; ``decision``: ``(B,)`` 0/1 or None."""
         b, _, t = audio.shape
         k = self.max_offset
         if padding_mask is not None:
@@ -200,8 +199,8 @@ class VideoGate(nn.Module):
         features = 10.0 * torch.stack([at_zero - off_mean, at_zero - off_max], dim=1)  # (B, 2)
         logit = self.proj(features)[:, 0]
         gate = torch.sigmoid(logit)
-        if self.decision is not None and not self.training:
-            gate = self.decision.to(gate)
+        if decision is not None:
+            gate = decision.to(gate)
         return VideoTrust(gate.to(video.dtype)[:, None, None], logit, similarity, valid, at_zero - off_mean)
 
 
@@ -598,15 +597,17 @@ class AVHubertEncoder(nn.Module):
         return audio, video, ilens.to(ref.device)
 
     def embed(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,
-              video_features: torch.Tensor | None = None) -> AVEmbedding:
+              video_features: torch.Tensor | None = None, video_decision: torch.Tensor | None = None
+              ) -> AVEmbedding:
         """Front-ends, modality dropout, the audio gate (``audio_gate``), fusion, layer_norm,
         post_extract_proj, dropout_input.
 
         Args and errors as :meth:`forward`. Returns an :class:`AVEmbedding` (``x`` is ``(B, T, D)``).
         """
         if video_features is not None:
-            return self._embed(*self._check_inputs(xs_pad, ilens, video_features), video_features)
-        return self._embed(*self._check_inputs(xs_pad, ilens))
+            return self._embed(*self._check_inputs(xs_pad, ilens, video_features), video_features,
+                               video_decision)
+        return self._embed(*self._check_inputs(xs_pad, ilens), video_decision=video_decision)
 
     def _padding_mask(self, ilens: torch.Tensor, t: int) -> torch.Tensor | None:
         """``(B, T)`` bool, True at padded frames, or None when nothing is padded (outside compilation)."""
@@ -655,7 +656,8 @@ class AVHubertEncoder(nn.Module):
         return self._video_front_end(video, self._padding_mask(ilens, video.shape[2]))
 
     def _embed(self, audio: torch.Tensor | None, video: torch.Tensor | None, ilens: torch.Tensor,
-               video_features: torch.Tensor | None = None) -> AVEmbedding:
+               video_features: torch.Tensor | None = None, video_decision: torch.Tensor | None = None
+               ) -> AVEmbedding:
         ref = next(x for x in (audio, video, video_features) if x is not None)  # B at dim 0, T at dim 2
         b, t = ref.shape[0], ref.shape[2]
         padding_mask = self._padding_mask(ilens, t)
@@ -675,7 +677,8 @@ class AVHubertEncoder(nn.Module):
         elif feats_video is None:
             feats_video = feats_audio.new_zeros(b, d, t)
         else:
-            feats_audio, feats_video, trust = self._gated(feats_audio, feats_video, padding_mask)
+            feats_audio, feats_video, trust = self._gated(feats_audio, feats_video, padding_mask,
+                                                          video_decision)
 
         if self.config.modality_fuse == "concat":
             features = torch.cat([feats_audio, feats_video], dim=1)
@@ -687,28 +690,32 @@ class AVHubertEncoder(nn.Module):
             x = self.post_extract_proj(x)
         return AVEmbedding(self.dropout_input(x), padding_mask, ilens, features_pen, trust)
 
-    def _gated(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None
+    def _gated(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None,
+               video_decision: torch.Tensor | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, VideoTrust | None]:
         """Two-stream ``(B, D, T)`` front-end outputs through the gates: the audio scaled by ``1 - gv (1 -
         ga)`` (``ga``: :class:`AudioGate`, 1 without one), the video by ``gv`` (:class:`VideoGate`, 1 without
         one); returns them and what the video gate computed (None without one)."""
-        audio_gate, trust = self._gates(audio, video, padding_mask)
+        audio_gate, trust = self._gates(audio, video, padding_mask, video_decision)
         if audio_gate is not None:
             audio = audio * audio_gate
         return audio, (video if trust is None else video * trust.gate), trust
 
-    def _gates(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None
-               ) -> tuple[torch.Tensor | None, VideoTrust | None]:
+    def _gates(self, audio: torch.Tensor, video: torch.Tensor, padding_mask: torch.Tensor | None,
+               video_decision: torch.Tensor | None = None) -> tuple[torch.Tensor | None, VideoTrust | None]:
         """The gates of two-stream ``(B, D, T)`` front-end outputs: the audio's ``(B, 1, T)``, ``1 - gv (1 -
         ga)`` (``ga``: :class:`AudioGate`, 1 without one; ``gv``: :class:`VideoGate`, 1 without one; None
-        without an audio gate), and what the video gate computed (None without one)."""
+        without an audio gate), and what the video gate computed (None without one; ``video_decision``: its
+        per-utterance decision, see :class:`VideoGate`)."""
         audio_gate = self.audio_gate(audio, video, padding_mask) if self.audio_gate is not None else None
-        trust = self.video_gate(audio, video, padding_mask) if self.video_gate is not None else None
+        trust = (self.video_gate(audio, video, padding_mask, video_decision) if self.video_gate is not None
+                 else None)
         if audio_gate is not None and trust is not None:
             audio_gate = 1.0 - trust.gate * (1.0 - audio_gate)
         return audio_gate, trust
 
-    def gate_means(self, audio: torch.Tensor, video_features: torch.Tensor, ilens: torch.Tensor | None = None
+    def gate_means(self, audio: torch.Tensor, video_features: torch.Tensor, ilens: torch.Tensor | None = None,
+                   video_decision: torch.Tensor | None = None
                    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The gates that fusion applies to this two-stream input, each utterance's mean over its valid
         frames: ``(audio_gate, video_gate)``, each ``(B,)`` float32 in (0, 1) or None when the encoder has no
@@ -723,6 +730,7 @@ class AVHubertEncoder(nn.Module):
             audio: ``(B, 104, T)`` float stacked log filterbanks (25 Hz).
             video_features: ``(B, D, T)`` float, the video front-end's output (:meth:`encode_video`).
             ilens: ``(B,)`` valid frames (None: all ``T``).
+            video_decision: ``(B,)`` 0/1, the search's decision on the lips (:class:`VideoGate`), or None.
 
         Raises:
             ValueError: shapes that do not match (as :meth:`forward`).
@@ -730,7 +738,8 @@ class AVHubertEncoder(nn.Module):
         if self.audio_gate is None and self.video_gate is None:
             return None, None
         padding_mask = self._two_streams(audio, video_features, ilens)
-        gate, trust = self._gates(self._audio_front_end(audio, padding_mask), video_features, padding_mask)
+        gate, trust = self._gates(self._audio_front_end(audio, padding_mask), video_features, padding_mask,
+                                  video_decision)
         return (None if gate is None else valid_mean(gate.float(), padding_mask)[:, 0, 0],
                 None if trust is None else trust.gate.float()[:, 0, 0])
 
@@ -803,8 +812,8 @@ class AVHubertEncoder(nn.Module):
                                     seed=seed)
 
     def forward(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,
-                prev_states: Any = None, video_features: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, None]:
+                prev_states: Any = None, video_features: torch.Tensor | None = None,
+                video_decision: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, None]:
         """Encode a padded batch (ESPnet ``AbsEncoder.forward``).
 
         Args:
@@ -813,6 +822,9 @@ class AVHubertEncoder(nn.Module):
             prev_states: ignored (no streaming state), accepted for the ESPnet interface.
             video_features: ``(B, D, T)`` output of :meth:`encode_video` for this batch, used instead of
                 running the video front-end again (``xs_pad["video"]`` may then be None); for inference.
+            video_decision: ``(B,)`` 0/1 per utterance: use the lips whole or not at all, in place of the
+                video trust gate's soft value (:class:`VideoGate`; the search's ``video_sync_margin``); None:
+                the gate.
 
         Returns:
             ``(hidden (B, T, D) float, olens (B,) int, None)``; ``olens == ilens`` (no subsampling). Values of
@@ -823,7 +835,7 @@ class AVHubertEncoder(nn.Module):
                 dtype; audio and video differing in B or T; ``ilens`` of the wrong shape or out of range;
                 unknown keys in ``xs_pad``; ``video_features`` of the wrong shape.
         """
-        emb = self.embed(xs_pad, ilens, video_features)
+        emb = self.embed(xs_pad, ilens, video_features, video_decision)
         return self.encoder(emb.x, emb.padding_mask), emb.olens, None
 
     def extract_layer_outputs(self, xs_pad: Mapping[str, torch.Tensor | None], ilens: torch.Tensor | None,

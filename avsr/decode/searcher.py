@@ -52,7 +52,7 @@ class Searcher:
         view_weights: ``(video_weight, audio_weight, audio_confidence)`` used for audio-visual input (weights
             ``(0, 0)``: one search).
         sync_rule: ``(video_sync_margin, video_sync_slope)``: the per-utterance decision whether to use the
-            lips (:class:`avsr.decode.config.DecodeConfig`; set on the model's video gate for the call), or
+            lips (:class:`avsr.decode.config.DecodeConfig`; passed to the encoder as ``video_decision``), or
             None (the gate's soft scaling, and always for a model without a video gate).
 
     Raises:
@@ -145,12 +145,11 @@ class Searcher:
             decide = both and self.sync_rule is not None
             if (max(weights[:2]) > 0 or decide) and video_features is None:  # computed once for every view
                 video_features, video = model.encoder.encode_video(video, lengths), None
-            audio_view = None
+            audio_view = decision = None
             if decide:
                 audio_view = self._audio_view(audio, lengths)
-                model.encoder.video_gate.decision = self._sync_decision(audio, video_features, lengths,
-                                                                         audio_view[1], gates)
-            enc, enc_lens = model.encode(audio, video, lengths, video_features)
+                decision = self._sync_decision(audio, video_features, lengths, audio_view[1], gates)
+            enc, enc_lens = model.encode(audio, video, lengths, video_features, decision)
             ctc_logp = model.ctc_log_probs(enc)
             # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
             # (B, F, T) audio -- when audio is given, else the padded frame count (only max_len_a uses it)
@@ -158,12 +157,10 @@ class Searcher:
             if max(weights[:2]) == 0:
                 return self.search(enc, enc_lens, ctc_logp, src_len), ctc_logp, enc_lens
             hyps = self._ranked_with_views(audio, video_features, lengths, weights, enc, enc_lens, ctc_logp,
-                                           src_len, views, gates, audio_view)
+                                           src_len, views, gates, audio_view, decision)
             return hyps, ctc_logp, enc_lens
         finally:
             model.train(was_training)
-            if getattr(model.encoder, "video_gate", None) is not None:
-                model.encoder.video_gate.decision = None
 
     def _audio_view(self, audio: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """The audio-only view: encoder output ``(B, T, D)`` and CTC log-probabilities ``(B, T, V)``."""
@@ -189,16 +186,18 @@ class Searcher:
                            ctc_logp: Tensor | None, src_len: int,
                            views: dict[str, list[list[Hypothesis]]] | None,
                            gates: dict[str, Tensor] | None = None,
-                           audio_view: tuple[Tensor, Tensor] | None = None) -> list[list[Hypothesis]]:
+                           audio_view: tuple[Tensor, Tensor] | None = None,
+                           decision: Tensor | None = None) -> list[list[Hypothesis]]:
         """The fused input's beam search and, with a video weight, the video-only view's (and with an audio
         confidence, the audio-only view's; ``beam_size`` hypotheses each), ranked with the single-stream
         views' scores (:func:`avsr.decode.rescore.rescore_with_views`); ``views`` (when given) receives the
         views' own hypotheses, cut to ``nbest``, and ``gates`` the mean gates; ``audio_view``: the audio-only
-        view's encoder output and CTC log-probabilities when computed already."""
+        view's encoder output and CTC log-probabilities when computed already; ``decision``: the search's
+        decision on the lips (:meth:`_sync_decision`), or None."""
         model, config = self.model, self.config
         wide = replace(config, nbest=config.beam_size)
         lists = [self.search(enc, enc_lens, ctc_logp, src_len, wide)]
-        gate, trust = model.encoder.gate_means(audio, video_features, lengths)
+        gate, trust = model.encoder.gate_means(audio, video_features, lengths, decision)
         gate = gate.float()
         if gates is not None:
             gates["audio_gate"] = gate

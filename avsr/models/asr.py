@@ -262,19 +262,22 @@ class AVSRModel(nn.Module):
         return cls.from_config(config, str(path))
 
     def encode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor,
-               video_features: Tensor | None = None) -> tuple[Tensor, Tensor]:
+               video_features: Tensor | None = None, video_decision: Tensor | None = None
+               ) -> tuple[Tensor, Tensor]:
         """Encoder output ``(B, T, D)`` and its lengths ``(B,)`` for audio ``(B, 104, T)`` and/or video
         ``(B, 1, T, H, W)`` features at 25 frames/s with ``lengths (B,)`` valid frames (see
         :meth:`avsr.encoder.AVHubertEncoder.forward`, whose errors it raises). ``video_features``: the video
         front-end's output ``(B, D, T)`` computed earlier (``encoder.encode_video``), used instead of
-        ``video``. The output is float32 also when the encoder ran under a bfloat16 autocast (see
+        ``video``; ``video_decision``: the search's ``(B,)`` 0/1 decision on the lips (None: the video trust
+        gate's value). The output is float32 also when the encoder ran under a bfloat16 autocast (see
         :mod:`avsr.nn.precision`).
         """
         if video_features is not None:
             enc, enc_lens, _ = self.encoder({"audio": audio, "video": None}, lengths,
-                                            video_features=video_features)
+                                            video_features=video_features, video_decision=video_decision)
         else:
-            enc, enc_lens, _ = self.encoder({"audio": audio, "video": video}, lengths)
+            enc, enc_lens, _ = self.encoder({"audio": audio, "video": video}, lengths,
+                                            video_decision=video_decision)
         return enc.float(), enc_lens.to(enc.device, torch.long)
 
     def ctc_log_probs(self, enc: Tensor) -> Tensor | None:
