@@ -90,8 +90,8 @@ def load_pretrained(source: PathLike, bpemodel: PathLike | None = None, average_
 def model_edge_frames(source: PathLike, average_nbest: int = 5) -> EdgeRanges | None:
     """The silent edges of a model's training audio as its trainer recorded them
     (``data_stats["edge_frames"]``: the first to third quartile of the silent frames at the start and at the
-    end), or None (not recorded: official checkpoints, avsr models trained before 2026-11-26, video-only
-    training). ``source`` as :func:`load_pretrained`.
+    end), or None (not recorded: official checkpoints, avsr checkpoints whose trainer did not record them,
+    video-only training). ``source`` as :func:`load_pretrained`.
 
     Raises:
         FileNotFoundError: no such directory/file or no checkpoint in it;

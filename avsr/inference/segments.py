@@ -148,8 +148,8 @@ def parse_edge_frames(text: str) -> EdgeRanges | str | None:
 
 
 def stats_edges(stats: Mapping[str, Any]) -> EdgeRanges | None:
-    """The edges of a checkpoint's ``data_stats`` (``edge_frames``: ranges, or single counts as written on
-    2026-11-26), or None when not recorded.
+    """The edges of a checkpoint's ``data_stats`` (``edge_frames``: ranges, or the single counts of the first
+    checkpoints that recorded them), or None when not recorded.
 
     Raises:
         ValueError: recorded edges that are not valid (:func:`check_edges`).
