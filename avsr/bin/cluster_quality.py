@@ -21,6 +21,7 @@ import logging
 import sys
 from pathlib import Path
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import tool
 from avsr.clustering.quality import SILENCE, label_quality, quality_report, results_header, results_row
 from avsr.fileio import write_text_atomic
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int | None:
                    help=f"leave out frames outside every phone segment (default: count them as '{SILENCE}')")
     p.add_argument("--out", type=Path, help="also write the JSON here")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     if args.report:
         text = quality_report(args.report)
         if args.out is not None:

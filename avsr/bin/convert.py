@@ -20,10 +20,10 @@ Usage: ``avsr-convert large_vox_433h.pt exp/avhubert/model.pt [--bpemodel spm100
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import tool
 from avsr.models.convert import convert
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--write-bpemodel", type=Path, default=None,
                    help="write the sentencepiece model pickled in the checkpoint here")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     convert(args.checkpoint, args.output, args.config, args.dict, args.bpemodel, args.write_bpemodel)
     print(args.output)
 

@@ -16,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import UsageError, tool
 from avsr.inference import decode_dir, inference_device, parse_edge_frames
 from avsr.inference.decode_dir import DecodeJob, SettingsConflict, decode_test_set
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int | None:
         edge_frames = parse_edge_frames(args.edge_frames)
     except ValueError as exc:
         p.error(f"--edge-frames: {exc}")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
 
     device = inference_device("cuda" if args.ngpu > 0 else "cpu", args.num_threads, source="--num-threads")
     bpemodel = args.bpemodel

@@ -24,6 +24,7 @@ import logging
 import sys
 from pathlib import Path
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import UsageError, tool
 from avsr.pretrained import DEFAULT_MODEL
 
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int | None:
         raise UsageError(f"the demo needs {exc.name}: pip install 'avsr[demo]'") from exc
     from avsr.inference import Transcriber, inference_device
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     logger = logging.getLogger("avsr.demo")
     device = inference_device(args.device, args.num_threads)
     transcriber = Transcriber.from_pretrained(args.checkpoint, bpemodel=args.bpemodel, device=device,

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import tool
 from avsr.clustering.extract import MfccExtractor, layer_extractor
 from avsr.clustering.shards import dump_data_dir
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--overwrite", action="store_true", help="recompute finished shards")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
 
     if args.feature == "layer":
         if args.checkpoint is None or args.layer is None:

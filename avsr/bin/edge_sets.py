@@ -28,6 +28,7 @@ import logging
 import sys
 from pathlib import Path
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import UsageError, tool
 from avsr.data.edge_sets import make_edge_test
 
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int | None:
                    help="frames of 40 ms added at an end that is not cut (default 10 25: 0.4-1.0 s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     lo, hi = args.pad_frames
     if not 0 <= lo <= hi:
         raise UsageError(f"--pad-frames must be LOW HIGH with 0 <= LOW <= HIGH, got {lo} {hi}")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import tool
 from avsr.clustering.kmeans import KMeansConfig, fit_kmeans_on_shards, write_kmeans_labels
 from avsr.clustering.shards import find_shards
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int | None:
     apply.add_argument("--name", default="km", help="labels go to <data-dir>/<name>.km (default: km)")
     apply.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     _fit(args) if args.command == "fit" else _apply(args)
 
 

@@ -18,6 +18,7 @@ import logging
 import sys
 from pathlib import Path
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import tool
 from avsr.data.lip_sets import LIP_SETS, make_lip_set
 
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     for name in args.sets:
         dst = args.dst_prefix.parent / f"{args.dst_prefix.name}_{name}"
         out = make_lip_set(args.src, dst, name, args.seed, progress=not args.no_progress)

@@ -26,6 +26,7 @@ import os
 import sys
 from pathlib import Path
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import tool
 from avsr.data.corpus_check import prepare_split
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--strict", action="store_true", help="any bad utterance is an error")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     for split in args.splits:
         out = args.out / split
         counts = prepare_split(args.corpus / split, out, args.nj, args.roi_size, args.max_frame_diff,

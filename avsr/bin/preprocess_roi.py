@@ -17,6 +17,7 @@ import logging
 import sys
 from pathlib import Path
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import UsageError, tool
 from avsr.data.roi import RoiError
 from avsr.data.roi_jobs import preprocess_dir
@@ -50,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int | None:
     """Entry point of ``python -m avsr.bin.preprocess_roi`` and ``avsr preprocess-roi``: the exit status."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     try:
         exts = tuple(e.strip().lstrip(".") for e in args.ext.split(",") if e.strip())
         summary = preprocess_dir(args.dst_dir, args.src_dir, args.list, exts, args.nj, args.smooth_window,

@@ -17,6 +17,7 @@ import math
 import sys
 from pathlib import Path
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import tool
 from avsr.data.datadir import choose_subset, read_datadir, write_datadir
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int | None:
     size.add_argument("--num", type=int, help="number of utterances")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     utts = read_datadir(args.src, require_text=False)
     if args.percent is not None:
         if not 0 < args.percent <= 100:

@@ -13,9 +13,9 @@ interrupted run; see :mod:`avsr.corpora.synthgrid.generate`.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import UsageError, tool
 from avsr.corpora.synthgrid.engines import ENGINES, EngineError, catalogue_markdown
 from avsr.corpora.synthgrid.festival import FestivalError
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int | None:
     unknown = [e for e in held if e not in ENGINES]
     if unknown:
         raise UsageError(f"--hold-out-engines: unknown engine(s) {unknown}; known: {list(ENGINES)}")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging()
     config = SynthGridConfig(
         **{field: getattr(args, field) for field, _, _ in (*_SPLITS, *_ACCENTED, *_ENGINE_TESTS)},
         train_voices=tuple(v for v in args.train_voices.split(",") if v),

@@ -15,10 +15,10 @@ Usage: ``python -m avsr.bin.tokenizer --text data/train/text --out data/token_li
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import tool
 from avsr.data.tokenizer import train_tokenizer
 
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int | None:
     p.add_argument("--vocab-size", type=int, default=64)
     p.add_argument("--model-type", default="unigram", choices=["unigram", "bpe", "char", "word"])
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     train_tokenizer(args.text, args.out, args.vocab_size, args.model_type)
 
 

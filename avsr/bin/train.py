@@ -33,28 +33,14 @@ Usage: ``python -m avsr.bin.train --config conf/train/x.yaml --train-data data/t
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import tool
 from avsr.nn.precision import PRECISIONS
 from avsr.threads import apply_threads, parse_threads
 from avsr.train.experiment import ExperimentOptions, setup_experiment
-
-
-def setup_logging(path: Path | None = None) -> None:
-    """Log INFO to stderr and, when given, to ``path`` (appending)."""
-    handlers: list[logging.Handler] = [logging.StreamHandler()]
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handlers.append(logging.FileHandler(path))
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        handlers=handlers,
-        force=True,
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:

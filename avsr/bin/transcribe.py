@@ -37,6 +37,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from avsr.bin import setup_logging
 from avsr.bin.runner import HelpFormatter, tool
 from avsr.modalities import MODALITY_INPUTS
 from avsr.pretrained import DEFAULT_MODEL
@@ -220,7 +221,7 @@ def main(argv: list[str] | None = None) -> int | None:
         print(f"avsr-transcribe: error: {reason}", file=sys.stderr)
     if not inputs:
         return 1
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_logging()
     device = inference_device(args.device, args.num_threads, source="--num-threads")
     overrides = {"beam_size": args.beam_size} if args.beam_size is not None else None
     transcriber = Transcriber.from_pretrained(
