@@ -587,15 +587,17 @@ def test_from_pretrained_takes_the_edges_its_trainer_recorded(env, tmp_path):
 def test_the_model_defaults_come_from_one_checkpoint_read(env, tmp_path):
     from avsr.inference import model_defaults, model_view_weights
 
-    assert model_defaults(env["exp"]) == (None, (0.0, 0.0, 0.0))
+    assert model_defaults(env["exp"]) == (None, (0.0, 0.0, 0.0), {})
     assert model_view_weights(env["exp"]) == (0.0, 0.0, 0.0)
     ckpt = torch.load(env["exp"] / "epoch2.pt", weights_only=False)
     ckpt["data_stats"] = {"edge_frames": [[4, 6], [3, 5]]}
     ckpt["model_config"]["encoder_conf"]["audio_gate"] = True  # read from the config, the model not built
     ckpt["model_config"]["decode_defaults"] = {"video_weight": 2.5, "audio_weight": 0.75,
-                                               "audio_confidence": 2.0}
+                                               "audio_confidence": 2.0, "video_sync_margin": 0.2}
     save_atomic(ckpt, tmp_path / "gated.pt")
-    assert model_defaults(tmp_path / "gated.pt") == (((4, 6), (3, 5)), (2.5, 0.75, 2.0))
+    defaults = model_defaults(tmp_path / "gated.pt")
+    assert defaults == (((4, 6), (3, 5)), (2.5, 0.75, 2.0), ckpt["model_config"]["decode_defaults"])
+    assert defaults.view_weights.audio_weight == 0.75 and defaults.edge_frames == ((4, 6), (3, 5))
     assert model_view_weights(tmp_path / "gated.pt") == (2.5, 0.75, 2.0)
     with pytest.raises(FileNotFoundError, match="no such experiment directory"):
         model_defaults(tmp_path / "missing")

@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, NamedTuple, Union
 
 from avsr.config import Config, ConfigError, config_path, from_dict, load_yaml, option, probability
 
-__all__ = ["DecodeConfig", "FairseqConfig", "SearchConfig", "SEARCHES", "default_view_weights",
+__all__ = ["DecodeConfig", "FairseqConfig", "SearchConfig", "SEARCHES", "ViewWeights", "default_view_weights",
            "searched_views", "search_config", "load_decode_config"]
 
 #: values of ``DecodeConfig.pre_beam``.
@@ -166,10 +166,10 @@ class DecodeConfig(_Readers, Config):
             CTC_MAXLEN_RATIO if ours else 0.0)
         return end, ratio
 
-    def view_weights(self, default: tuple[float, float, float]) -> tuple[float, float, float]:
-        """``(video_weight, audio_weight, audio_confidence)``, each ``default``'s where it is None."""
+    def view_weights(self, default: ViewWeights) -> ViewWeights:
+        """The view weights of this configuration, each ``default``'s where it is None."""
         own = (self.video_weight, self.audio_weight, self.audio_confidence)
-        return tuple(v if v is not None else d for v, d in zip(own, default))  # type: ignore[return-value]
+        return ViewWeights(*(v if v is not None else d for v, d in zip(own, default)))
 
     def sync_rule(self, decode_defaults: Mapping[str, Any] | None) -> tuple[float, float] | None:
         """``(video_sync_margin, video_sync_slope)``, each the model's ``decode_defaults``' where None (a
@@ -219,9 +219,9 @@ class FairseqConfig(_Readers, Config):
             raise ConfigError(f"ctc_weight: search 'fairseq' is attention-only: "
                               f"set it to 0, got {self.ctc_weight}")
 
-    def view_weights(self, default: tuple[float, float, float]) -> tuple[float, float, float]:
-        """``(0, 0, 0)``: the fairseq search has no final ranking with the views."""
-        return 0.0, 0.0, 0.0
+    def view_weights(self, default: ViewWeights) -> ViewWeights:
+        """All 0: the fairseq search has no final ranking with the views."""
+        return ViewWeights()
 
     def sync_rule(self, decode_defaults: Mapping[str, Any] | None) -> tuple[float, float] | None:
         """The model's ``decode_defaults``' ``(video_sync_margin, video_sync_slope)`` (None: the soft gate):
@@ -241,13 +241,21 @@ def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
-def default_view_weights(decode_defaults: Mapping[str, Any] | None) -> tuple[float, float, float]:
-    """``(video_weight, audio_weight, audio_confidence)`` of a model's ``decode_defaults`` (its
-    configuration's decoding options, kept in checkpoints), 0 for one it does not set: what a configuration
-    that leaves them None decodes with (:meth:`DecodeConfig.view_weights`)."""
+class ViewWeights(NamedTuple):
+    """The weights of audio-visual decoding's final ranking with the single-stream views (the fields of
+    :class:`DecodeConfig` of the same names); all 0: one search."""
+
+    video_weight: float = 0.0
+    audio_weight: float = 0.0
+    audio_confidence: float = 0.0
+
+
+def default_view_weights(decode_defaults: Mapping[str, Any] | None) -> ViewWeights:
+    """The view weights of a model's ``decode_defaults`` (its configuration's decoding options, kept in
+    checkpoints), 0 for one it does not set: what a configuration that leaves them None decodes with
+    (:meth:`DecodeConfig.view_weights`)."""
     defaults = decode_defaults or {}
-    return tuple(float(defaults.get(k) or 0.0)  # type: ignore[return-value]
-                 for k in ("video_weight", "audio_weight", "audio_confidence"))
+    return ViewWeights(*(float(defaults.get(k) or 0.0) for k in ViewWeights._fields))
 
 
 def _sync_rule(margin: float | None, slope: float | None, decode_defaults: Mapping[str, Any] | None
@@ -260,13 +268,14 @@ def _sync_rule(margin: float | None, slope: float | None, decode_defaults: Mappi
     return None if margin is None else (float(margin), float(slope or 0.0))
 
 
-def searched_views(weights: tuple[float, float, float]) -> tuple[str, ...]:
+def searched_views(weights: ViewWeights) -> tuple[str, ...]:
     """The single-stream views that audio-visual decoding with ``(video_weight, audio_weight,
     audio_confidence)`` searches besides the fused input (:class:`avsr.decode.searcher.Searcher`):
     ``"video"`` with a video weight, ``"audio"`` with an audio weight and the confidence check (an audio
     weight alone only scores the candidates)."""
-    video = ("video",) if weights[0] > 0 else ()
-    return video + (("audio",) if weights[1] > 0 and weights[2] > 0 else ())
+    weights = ViewWeights(*weights)  # also a plain (video_weight, audio_weight, audio_confidence)
+    video = ("video",) if weights.video_weight > 0 else ()
+    return video + (("audio",) if weights.audio_weight > 0 and weights.audio_confidence > 0 else ())
 
 
 def search_config(mapping: Mapping[str, Any] | None, where: str = "decode options") -> SearchConfig:

@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from avsr.decode.beam_search import batch_beam_search
-from avsr.decode.config import SearchConfig, default_view_weights, searched_views
+from avsr.decode.config import SearchConfig, ViewWeights, default_view_weights, searched_views
 from avsr.decode.hypothesis import Hypothesis
 from avsr.decode.rescore import rescore_with_views, sequence_scores
 
@@ -49,8 +49,8 @@ class Searcher:
         config: a :class:`avsr.decode.config.DecodeConfig` or :class:`avsr.decode.config.FairseqConfig`.
 
     Attributes:
-        view_weights: ``(video_weight, audio_weight, audio_confidence)`` used for audio-visual input (weights
-            ``(0, 0)``: one search).
+        view_weights: the :class:`avsr.decode.config.ViewWeights` used for audio-visual input (both weights
+            0: one search).
         sync_rule: ``(video_sync_margin, video_sync_slope)``: the per-utterance decision whether to use the
             lips (:class:`avsr.decode.config.DecodeConfig`; passed to the encoder as ``video_decision``), or
             None (the gate's soft scaling, and always for a model without a video gate).
@@ -69,10 +69,9 @@ class Searcher:
         if self.sync_rule is not None and getattr(model, "ctc_lo", None) is None:
             raise ValueError("video_sync_margin weighs the audio-only view's CTC confidence: this model has "
                              "no CTC head; set video_sync_margin: null")
-        if max(self.view_weights[:2]) > 0 and getattr(model.encoder, "audio_gate", None) is None:
-            i = 0 if self.view_weights[0] > 0 else 1
-            name = ("video_weight", "audio_weight")[i]
-            raise ValueError(f"{name} {self.view_weights[i]:g} needs a model with an audio gate "
+        if self._ranked(self.view_weights) and getattr(model.encoder, "audio_gate", None) is None:
+            name = "video_weight" if self.view_weights.video_weight > 0 else "audio_weight"
+            raise ValueError(f"{name} {getattr(self.view_weights, name):g} needs a model with an audio gate "
                              f"(encoder_conf.audio_gate: true); set {name}: 0 for this model")
 
     @torch.no_grad()
@@ -141,9 +140,9 @@ class Searcher:
         model.eval()
         try:
             both = audio is not None and (video is not None or video_features is not None)
-            weights = self.view_weights if both else (0.0, 0.0, 0.0)
+            weights = self.view_weights if both else ViewWeights()
             decide = both and self.sync_rule is not None
-            if (max(weights[:2]) > 0 or decide) and video_features is None:  # computed once for every view
+            if (self._ranked(weights) or decide) and video_features is None:  # computed once for every view
                 video_features, video = model.encoder.encode_video(video, lengths), None
             audio_view = decision = None
             if decide:
@@ -154,13 +153,18 @@ class Searcher:
             # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
             # (B, F, T) audio -- when audio is given, else the padded frame count (only max_len_a uses it)
             src_len = audio.shape[1] if audio is not None else enc.size(1)
-            if max(weights[:2]) == 0:
+            if not self._ranked(weights):
                 return self.search(enc, enc_lens, ctc_logp, src_len), ctc_logp, enc_lens
             hyps = self._ranked_with_views(audio, video_features, lengths, weights, enc, enc_lens, ctc_logp,
                                            src_len, views, gates, audio_view, decision)
             return hyps, ctc_logp, enc_lens
         finally:
             model.train(was_training)
+
+    @staticmethod
+    def _ranked(weights: ViewWeights) -> bool:
+        """Whether ``weights`` rank the fused input's hypotheses with a single-stream view."""
+        return weights.video_weight > 0 or weights.audio_weight > 0
 
     def _audio_view(self, audio: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """The audio-only view: encoder output ``(B, T, D)`` and CTC log-probabilities ``(B, T, V)``."""
@@ -182,7 +186,7 @@ class Searcher:
         return (margin >= bar + slope * q).float()
 
     def _ranked_with_views(self, audio: Tensor, video_features: Tensor, lengths: Tensor,
-                           weights: tuple[float, float, float], enc: Tensor, enc_lens: Tensor,
+                           weights: ViewWeights, enc: Tensor, enc_lens: Tensor,
                            ctc_logp: Tensor | None, src_len: int,
                            views: dict[str, list[list[Hypothesis]]] | None,
                            gates: dict[str, Tensor] | None = None,
@@ -216,13 +220,13 @@ class Searcher:
             enc_v, _ = model.encode(None, None, lengths, video_features)
             ctc_v = model.ctc_log_probs(enc_v)
             lists.append(self.search(enc_v, enc_lens, ctc_v, src_len, wide))
-            scored.append((weights[0] * gate * trust, scorer(enc_v, ctc_v)))
+            scored.append((weights.video_weight * gate * trust, scorer(enc_v, ctc_v)))
             own.append(len(lists) - 1)
             if views is not None:
                 views["video"] = [h[: config.nbest] for h in lists[-1]]
-        if weights[1] > 0:
+        if weights.audio_weight > 0:
             enc_a, ctc_a = audio_view if audio_view is not None else self._audio_view(audio, lengths)
-            weight_a = weights[1] * gate
+            weight_a = weights.audio_weight * gate
             own.append(None)
             if "audio" in searched:  # the confidence check: the audio-only view's best, per token
                 audio_lists = self.search(enc_a, enc_lens, ctc_a, src_len, wide)
@@ -233,7 +237,7 @@ class Searcher:
                 steps = [len(h[0].tokens) + 1 if h else 1 for h in audio_lists]
                 conf = torch.tensor([(h[0].score - config.penalty * n) / n if h else -math.inf
                                      for h, n in zip(audio_lists, steps)], device=gate.device)
-                weight_a = weight_a * torch.exp(weights[2] * conf).clamp(max=1.0)
+                weight_a = weight_a * torch.exp(weights.audio_confidence * conf).clamp(max=1.0)
             scored.append((weight_a, scorer(enc_a, ctc_a)))
         return rescore_with_views(lists, scorer(enc, ctc_logp), scored, penalty=config.penalty,
                                   nbest=config.nbest, own_lists=own)

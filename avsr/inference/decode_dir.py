@@ -61,9 +61,9 @@ import yaml
 
 from avsr.config import config_path, parse_yaml, to_dict
 from avsr.data.datadir import DataDirError, Utterance, read_datadir, write_kaldi_map
-from avsr.decode.config import load_decode_config, searched_views
+from avsr.decode.config import ViewWeights, load_decode_config, searched_views
 from avsr.fileio import remove_stale_tmp, write_text_atomic
-from avsr.inference.pretrained import model_defaults
+from avsr.inference.pretrained import ModelDefaults, model_defaults
 from avsr.inference.segments import EdgeRanges, check_edges
 from avsr.inference.transcriber import Transcriber
 from avsr.modalities import MODALITY_INPUTS
@@ -138,8 +138,9 @@ def _file_id(path: Path) -> str:
 def decode_settings(job: DecodeJob) -> dict[str, Any]:
     """What the hypotheses depend on (the content of ``decode_settings.yaml``): the model and its
     checkpoints (names, sizes, times), the tokenizer, the decoding configuration, the data dir, the precision;
-    the edges (only when inputs are changed: earlier results stay valid) and the audio-visual view weights
-    (only when above 0).
+    the edges (only when inputs are changed: earlier results stay valid), the audio-visual view weights
+    (only when above 0) and the decision on the lips (``video_sync``: ``video_sync_margin`` and
+    ``video_sync_slope``, only where set); the last two only in the audio-visual directory's settings.
 
     Raises:
         FileNotFoundError: no checkpoint; avsr.config.ConfigError: a bad decoding configuration;
@@ -154,8 +155,8 @@ def decode_settings(job: DecodeJob) -> dict[str, Any]:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
     config = load_decode_config(config_path(job.decode_config, "decode"))
     decode = {"search": config.search, **to_dict(config)}
-    # the views' weights are recorded below only where they change the hypotheses
-    for key in ("video_weight", "audio_weight", "audio_confidence"):
+    # the views' weights and the decision on the lips are recorded below only where they change the hypotheses
+    for key in ("video_weight", "audio_weight", "audio_confidence", "video_sync_margin", "video_sync_slope"):
         decode.pop(key, None)
     settings = {
         "model": str(source.resolve()),
@@ -167,19 +168,21 @@ def decode_settings(job: DecodeJob) -> dict[str, Any]:
     }
     rescored = "audiovisual" in job.modalities and config.search == "espnet"
     # read from the checkpoint only when needed, once (official ones are big)
-    defaults: tuple[Any, tuple[float, float, float]] = (None, (0.0, 0.0, 0.0))
-    if job.edge_frames == "model" or (rescored and None in (config.video_weight, config.audio_weight,
-                                                            config.audio_confidence)):
+    defaults = ModelDefaults(None, ViewWeights(), {})
+    if job.edge_frames == "model" or "audiovisual" in job.modalities:
         defaults = model_defaults(source, job.average_nbest)
-    edges = defaults[0] if job.edge_frames == "model" else job.edge_frames
+    edges = defaults.edge_frames if job.edge_frames == "model" else job.edge_frames
     edges = check_edges(edges, "edge_frames") if edges is not None else None
     if edges is not None:
         settings["edge_frames"] = [list(edges[0]), list(edges[1])]
-    if rescored:
-        weights = config.view_weights(defaults[1])
-        if max(weights[:2]) > 0:  # audio-visual results only (see decode_test_set)
-            settings["view_weights"] = {"video_weight": weights[0], "audio_weight": weights[1],
-                                        "audio_confidence": weights[2] if weights[1] > 0 else 0.0}
+    if rescored:  # audio-visual results only (see decode_test_set)
+        weights = config.view_weights(defaults.view_weights)
+        if weights.video_weight > 0 or weights.audio_weight > 0:
+            settings["view_weights"] = weights._replace(
+                audio_confidence=weights.audio_confidence if weights.audio_weight > 0 else 0.0)._asdict()
+    rule = config.sync_rule(defaults.decode_defaults) if "audiovisual" in job.modalities else None
+    if rule is not None:
+        settings["video_sync"] = {"video_sync_margin": rule[0], "video_sync_slope": rule[1]}
     return settings
 
 
@@ -260,7 +263,8 @@ def decode_test_set(job: DecodeJob) -> Path:
     for path in remove_stale_tmp(root, recursive=True):
         logger.info("removed %s, left by an interrupted write", path)
     for modality in job.modalities:  # each modality directory records its settings
-        mod_settings = {k: v for k, v in settings.items() if k != "view_weights" or modality == "audiovisual"}
+        mod_settings = {k: v for k, v in settings.items()
+                        if k not in ("view_weights", "video_sync") or modality == "audiovisual"}
         out_mod = root / modality
         claim(out_mod, mod_settings, job.overwrite, sorted(out_mod.glob("*/hyp")))
     _decode_conditions(job, settings, utts)
@@ -275,8 +279,7 @@ def views_searched(settings: dict[str, Any], modalities: Sequence[str]) -> list[
     weights = settings.get("view_weights")
     if "audiovisual" not in modalities or not weights:
         return []
-    keys = ("video_weight", "audio_weight", "audio_confidence")
-    return [m for m in searched_views(tuple(weights[k] for k in keys)) if m in modalities]
+    return [m for m in searched_views(ViewWeights(**weights)) if m in modalities]
 
 
 def _decode_conditions(job: DecodeJob, settings: dict[str, Any], utts: list[Utterance]) -> None:

@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from avsr.compat import FairseqTokenizer, read_checkpoint, tokenizer_for
 from avsr.config import UsageError
 from avsr.data.tokenizer import Tokenizer
-from avsr.decode.config import default_view_weights
+from avsr.decode.config import ViewWeights, default_view_weights
 from avsr.inference.segments import EdgeRanges, stats_edges
 from avsr.inference.types import PathLike
 from avsr.models.asr import AVSRModel
 from avsr.threads import apply_threads
 from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 
-__all__ = ["inference_device", "load_pretrained", "model_defaults", "model_edge_frames", "model_view_weights"]
+__all__ = ["ModelDefaults", "inference_device", "load_pretrained", "model_defaults", "model_edge_frames",
+           "model_view_weights"]
 
 logger = logging.getLogger("avsr.inference")
 
@@ -97,26 +98,35 @@ def model_edge_frames(source: PathLike, average_nbest: int = 5) -> EdgeRanges | 
         FileNotFoundError: no such directory/file or no checkpoint in it;
         avsr.compat.CheckpointError: an unreadable checkpoint file.
     """
-    return model_defaults(source, average_nbest)[0]
+    return model_defaults(source, average_nbest).edge_frames
 
 
-def model_view_weights(source: PathLike, average_nbest: int = 5) -> tuple[float, float, float]:
-    """The ``(video_weight, audio_weight, audio_confidence)`` that a search config leaving them None gives
-    this model: its
-    ``decode_defaults`` (:class:`avsr.decode.searcher.Searcher`), else 0, read from the checkpoint's model
-    configuration without building the model. ``source`` as :func:`load_pretrained`.
+def model_view_weights(source: PathLike, average_nbest: int = 5) -> ViewWeights:
+    """The view weights that a search config leaving them None gives this model: its ``decode_defaults``
+    (:class:`avsr.decode.searcher.Searcher`), else 0, read from the checkpoint's model configuration without
+    building the model. ``source`` as :func:`load_pretrained`.
 
     Raises:
         FileNotFoundError: as :func:`model_edge_frames`.
         avsr.compat.CheckpointError: as :func:`model_edge_frames`.
     """
-    return model_defaults(source, average_nbest)[1]
+    return model_defaults(source, average_nbest).view_weights
 
 
-def model_defaults(source: PathLike, average_nbest: int = 5
-                   ) -> tuple[EdgeRanges | None, tuple[float, float, float]]:
-    """:func:`model_edge_frames` and :func:`model_view_weights` from one read of the checkpoint (the first
-    of an experiment directory's best, or the file).
+class ModelDefaults(NamedTuple):
+    """What a model's checkpoint says about how to decode it (:func:`model_defaults`)."""
+
+    #: :func:`model_edge_frames`
+    edge_frames: EdgeRanges | None
+    #: :func:`model_view_weights`
+    view_weights: ViewWeights
+    #: the model configuration's ``decode_defaults`` (``{}`` when none)
+    decode_defaults: dict[str, Any]
+
+
+def model_defaults(source: PathLike, average_nbest: int = 5) -> ModelDefaults:
+    """:func:`model_edge_frames`, :func:`model_view_weights` and the ``decode_defaults`` they come from,
+    from one read of the checkpoint (the first of an experiment directory's best, or the file).
 
     Raises:
         FileNotFoundError: as :func:`model_edge_frames`.
@@ -131,4 +141,5 @@ def model_defaults(source: PathLike, average_nbest: int = 5
         stats, config = loaded.data_stats or {}, loaded.model_config
     else:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
-    return stats_edges(stats), default_view_weights((config or {}).get("decode_defaults"))
+    decode_defaults = dict((config or {}).get("decode_defaults") or {})
+    return ModelDefaults(stats_edges(stats), default_view_weights(decode_defaults), decode_defaults)
