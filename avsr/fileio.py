@@ -2,7 +2,7 @@
 
 An interrupted run never leaves a truncated output behind, so a stage that finds a file can trust it (the
 recipes' resumption relies on this). Every writer of the package goes through :func:`atomic_path`: text
-(:func:`write_text_atomic`), checkpoints (:mod:`avsr.train.checkpoint`), wav and mp4 (:mod:`avsr.data.media`),
+(:func:`write_text_atomic`), checkpoints (:mod:`avsr.checkpoint`), wav and mp4 (:mod:`avsr.data.media`),
 k-means models and feature shards (:mod:`avsr.clustering`), plots and ESPnet dumps.
 """
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import torch
 
 from avsr import __version__
+from avsr.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 from avsr.data.datadir import read_datadir
 from avsr.fileio import atomic_path
-from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -292,13 +292,13 @@ def check_decode(work: Path) -> tuple[Path, Path, Path, Path]:
     import numpy as np
     import torch
 
+    from avsr.checkpoint import save_atomic
     from avsr.config import config_path, load_yaml
     from avsr.corpora.synthgrid.grammar import sample_sentence, transcript
     from avsr.data.datadir import Utterance, read_kaldi_map, write_datadir
     from avsr.data.media import write_video, write_wav
     from avsr.data.tokenizer import Tokenizer, train_sentencepiece
     from avsr.models.asr import AVSRModel
-    from avsr.train.checkpoint import save_atomic
 
     rng = np.random.default_rng(0)
     texts = [SENTENCE] + [transcript(sample_sentence(rng)) for _ in range(60)]

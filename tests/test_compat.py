@@ -405,7 +405,7 @@ class EvilSystem:
 
 @pytest.mark.parametrize("payload, name", [(Evil(), "print"), (EvilSystem(), "system")])
 def test_unsafe_pickles_are_refused(tmp_path, capfd, payload, name):
-    from avsr.train.checkpoint import load_checkpoint
+    from avsr.checkpoint import load_checkpoint
 
     path, mcfg, sd = pretrain_ckpt(tmp_path)
     ckpt = torch.load(path, weights_only=False)

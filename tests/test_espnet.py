@@ -7,6 +7,7 @@ import pytest
 import torch
 import yaml
 
+from avsr.checkpoint import save_atomic
 from avsr.config import ConfigError
 from avsr.data.datadir import read_kaldi_map, write_datadir
 from avsr.encoder import AVHubertEncoder
@@ -19,7 +20,6 @@ from avsr.features import avhubert_audio_features, crop_video, normalize_video
 from avsr.models.asr import AVSRModel
 from avsr.nn.modality import draw_modalities
 from avsr.nn.precision import flush_denormal
-from avsr.train.checkpoint import save_atomic
 from tests.test_compat import pretrain_ckpt
 from tests.test_data import make_utt
 
@@ -163,8 +163,8 @@ def test_video_precision_applies_in_training_only():
 
 
 def test_asr_train_prepares_the_process_as_avsrs_trainer(monkeypatch):
+    import avsr.memory
     import avsr.nn.precision
-    import avsr.train.trainer
 
     tiny = torch.tensor([1e-39])  # subnormal float32
     try:
@@ -176,7 +176,7 @@ def test_asr_train_prepares_the_process_as_avsrs_trainer(monkeypatch):
     assert float(tiny * 1.0) > 0.0
     called = []
     monkeypatch.setattr(avsr.nn.precision, "flush_denormal", lambda on: called.append("flush") or True)
-    monkeypatch.setattr(avsr.train.trainer, "keep_freed_memory", lambda: called.append("malloc") or True)
+    monkeypatch.setattr(avsr.memory, "keep_freed_memory", lambda: called.append("malloc") or True)
     assert prepare_process() == {"flush_denormal": True, "keep_freed_memory": True}
     assert called == ["flush", "malloc"]
 

@@ -17,6 +17,7 @@ import yaml
 
 pytest.importorskip("espnet2", reason="ESPnet is not installed (bash scripts/install_espnet.sh)")
 
+from avsr.checkpoint import save_atomic  # noqa: E402
 from avsr.data.datadir import read_kaldi_map, write_datadir  # noqa: E402
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece  # noqa: E402
 from avsr.decode import DecodeConfig, batch_beam_search  # noqa: E402
@@ -26,7 +27,6 @@ from avsr.espnet.dump import dump_datadir  # noqa: E402
 from avsr.espnet.layout import crop_and_normalize, unpack_frames  # noqa: E402
 from avsr.models.asr import AVSRModel  # noqa: E402
 from avsr.nn.decoder import TransformerDecoder  # noqa: E402
-from avsr.train.checkpoint import save_atomic  # noqa: E402
 from tests.test_data import WORDS, make_utt  # noqa: E402
 from tests.test_espnet import TINY as ESPNET_TINY  # noqa: E402
 

@@ -17,13 +17,13 @@ import pytest
 import torch
 import yaml
 
+from avsr.checkpoint import save_atomic
 from avsr.corpora.synthgrid import grammar
 from avsr.data.media import read_video, read_wav, write_video, write_wav
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.decode.config import DecodeConfig
 from avsr.inference import InferenceError, TranscribeItem, Transcriber
 from avsr.models.asr import AVSRModel
-from avsr.train.checkpoint import save_atomic
 
 CONFIG = {
     "encoder_conf": {

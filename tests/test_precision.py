@@ -21,6 +21,7 @@ import torch
 
 from avsr.config import ConfigError
 from avsr.encoder import AVHubertEncoder
+from avsr.memory import keep_freed_memory
 from avsr.models.asr import AVSRModel
 from avsr.nn.precision import (
     PRECISIONS,
@@ -32,7 +33,7 @@ from avsr.nn.precision import (
 )
 from avsr.nn.resnet import PReLU, batch_norm_act
 from avsr.train.config import TrainConfig, load_experiment_config
-from avsr.train.trainer import compile_model, keep_freed_memory
+from avsr.train.trainer import compile_model
 
 ENC = dict(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_attention_heads=2,
            conv_pos=4, conv_pos_groups=2, resnet_widths=[4, 4, 8, 8], dropout=0.0, dropout_input=0.0,

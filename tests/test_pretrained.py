@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 import avsr.pretrained
+from avsr.checkpoint import load_checkpoint, save_atomic
 from avsr.cli import main as avsr_main
 from avsr.inference import Transcriber
 from avsr.pretrained import DEFAULT_MODEL, available_models, resolve_model
-from avsr.train.checkpoint import load_checkpoint, save_atomic
 from tests.test_inference import DECODE, env  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from avsr.train.checkpoint import load_checkpoint
+from avsr.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "synthgrid" / "avsr1"

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from avsr.checkpoint import average_state_dicts, epoch_checkpoints, load_checkpoint, save_atomic
 from avsr.compat import CheckpointError
 from avsr.config import ConfigError
 from avsr.data.dataset import AVDataset, ModalityBatchSampler, NoiseConfig, collate
@@ -15,7 +16,6 @@ from avsr.data.noise import NoiseSource
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.models.asr import AVSRModel
 from avsr.nn.precision import native_bf16, resolve_precision
-from avsr.train.checkpoint import average_state_dicts, epoch_checkpoints, load_checkpoint, save_atomic
 from avsr.train.config import load_experiment_config
 from avsr.train.trainer import (
     TrainConfig,

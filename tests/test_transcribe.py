@@ -212,13 +212,13 @@ def setup(tmp_path_factory):
         pytest.skip("needs mediapipe and scikit-image")
     if shutil.which("festival") is None:
         pytest.skip("needs festival")
+    from avsr.checkpoint import save_atomic
     from avsr.corpora.synthgrid import grammar
     from avsr.corpora.synthgrid.generate import SynthGridConfig, generate
     from avsr.data.face_video import write_face_utterance
     from avsr.data.roi import preprocess_video
     from avsr.data.tokenizer import Tokenizer, train_sentencepiece
     from avsr.models.asr import AVSRModel
-    from avsr.train.checkpoint import save_atomic
 
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("transcribe")

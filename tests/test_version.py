@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import avsr
+from avsr.checkpoint import load_checkpoint, save_atomic, written_by
 from avsr.cli import main as avsr_main
-from avsr.train.checkpoint import load_checkpoint, save_atomic, written_by
 from tests.test_trainer import make_trainer, setup  # noqa: F401  (setup is a fixture)
 
 REPO = Path(__file__).resolve().parents[1]

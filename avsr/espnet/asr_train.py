@@ -37,15 +37,15 @@ def prepare_process(flush_denormals: bool = True, keep_memory: bool = True) -> d
       created afterwards, so it must be set before torch starts its intra-op worker threads -- before ESPnet
       builds the model -- for the whole step to run with it.
     * ``keep_memory``: glibc's malloc keeps freed memory for reuse instead of returning it to the kernel
-      (:func:`avsr.train.trainer.keep_freed_memory`), so the step's large activation buffers are not
+      (:func:`avsr.memory.keep_freed_memory`), so the step's large activation buffers are not
       zero-filled by the kernel again on every step.
 
     Neither changes a result beyond float rounding (a subnormal is below 1.2e-38). Returns which settings
     took effect: ``{"flush_denormal": bool, "keep_freed_memory": bool}`` (False where the CPU or the C
     library does not support it, or where not asked).
     """
+    from avsr.memory import keep_freed_memory
     from avsr.nn.precision import flush_denormal
-    from avsr.train.trainer import keep_freed_memory
 
     done = {
         "flush_denormal": bool(flush_denormals) and flush_denormal(True),

@@ -59,6 +59,7 @@ from typing import Any
 import torch
 import yaml
 
+from avsr.checkpoint import best_checkpoints
 from avsr.config import config_path, parse_yaml, to_dict
 from avsr.data.datadir import DataDirError, Utterance, read_datadir, write_kaldi_map
 from avsr.decode.config import ViewWeights, load_decode_config, searched_views
@@ -67,7 +68,6 @@ from avsr.inference.pretrained import ModelDefaults, model_defaults
 from avsr.inference.segments import EdgeRanges, check_edges
 from avsr.inference.transcriber import Transcriber
 from avsr.modalities import MODALITY_INPUTS
-from avsr.train.checkpoint import best_checkpoints
 
 __all__ = ["DecodeJob", "SettingsConflict", "decode_settings", "claim", "check_media", "views_searched",
            "decode_test_set"]

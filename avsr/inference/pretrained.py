@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from avsr.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 from avsr.compat import FairseqTokenizer, read_checkpoint, tokenizer_for
 from avsr.config import UsageError
 from avsr.data.tokenizer import Tokenizer
@@ -24,7 +25,6 @@ from avsr.inference.segments import EdgeRanges, stats_edges
 from avsr.inference.types import PathLike
 from avsr.models.asr import AVSRModel
 from avsr.threads import apply_threads
-from avsr.train.checkpoint import average_state_dicts, best_checkpoints, load_checkpoint
 
 __all__ = ["ModelDefaults", "inference_device", "load_pretrained", "model_defaults", "model_edge_frames",
            "model_view_weights"]

@@ -45,12 +45,12 @@ def convert(src: str | Path, dst: str | Path, config_out: str | Path | None = No
             ``bpemodel_out`` request for a file without a pickled sentencepiece model.
     """
     from avsr import __version__
+    from avsr.checkpoint import save_atomic
     from avsr.compat import CheckpointError, read_checkpoint
     from avsr.config import to_dict
     from avsr.encoder import AVHubertEncoder
     from avsr.fileio import write_text_atomic
     from avsr.models.asr import AVSRModel
-    from avsr.train.checkpoint import save_atomic
 
     loaded = read_checkpoint(src)
     if loaded.model_config is None:

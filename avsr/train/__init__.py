@@ -1,1 +1,2 @@
-"""Training: the trainer (one loop for CPU, GPU and torchrun/DDP) and atomic, averageable checkpoints."""
+"""Training: the trainer (one loop for CPU, GPU and torchrun/DDP), its configuration, experiments and curves
+(checkpoints: :mod:`avsr.checkpoint`)."""

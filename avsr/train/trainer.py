@@ -22,6 +22,7 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from avsr import __version__
+from avsr.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic, written_by
 from avsr.config import ConfigError
 from avsr.data.dataset import (
     AudioAugment,
@@ -35,12 +36,12 @@ from avsr.data.dataset import (
 from avsr.data.media import MediaError, read_wav
 from avsr.encoder import AVHubertEncoder
 from avsr.features import silent_edge_quartiles
+from avsr.memory import keep_freed_memory
 from avsr.nn.precision import (
     autocast_context,
     flush_denormal,
     native_bf16,
 )
-from avsr.train.checkpoint import epoch_checkpoints, load_checkpoint, save_atomic, written_by
 from avsr.train.config import TrainConfig
 from avsr.train.curves import TrainingCurves
 
@@ -77,37 +78,6 @@ def compile_model(model: torch.nn.Module, backend: str = "inductor") -> torch.nn
     for part in parts:
         part.compile(backend=backend)
     return model
-
-
-#: mallopt(3) parameters of glibc (malloc.h) and the values :func:`keep_freed_memory` sets
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
-_MALLOC_SETTINGS = ((_M_MMAP_THRESHOLD, 1 << 30), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 256 << 20))
-
-
-def keep_freed_memory() -> bool:
-    """Make glibc's malloc keep freed memory for reuse instead of returning it to the kernel.
-
-    A training step on CPU frees and allocates the same activation buffers (tens of MiB each for the video
-    front-end) step after step. With glibc's defaults, blocks above the mmap threshold (at most 32 MiB) are
-    mapped afresh and freed memory at the top of the heap is trimmed, so the kernel zero-fills those pages
-    again on first touch: ~50,000 page faults per video batch of the SynthGRID recipe, 10% of its video
-    front-end's time (``benchmarks/profile_train.py``). Sets, through ``mallopt(3)``, the mmap threshold to
-    1 GiB, the trim threshold to 2 GiB and the top pad to 256 MiB (what the environment variables
-    ``MALLOC_MMAP_THRESHOLD_`` etc. would set at start-up): the process keeps its peak heap and reuses it.
-    Process-wide, for allocations made afterwards; :class:`Trainer` calls it. Returns whether glibc took
-    all settings (False, and nothing changed, where the C library is not glibc).
-    """
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return all(mallopt(param, value) == 1 for param, value in _MALLOC_SETTINGS)
 
 
 def make_adamw(params, cfg: TrainConfig) -> torch.optim.AdamW:
