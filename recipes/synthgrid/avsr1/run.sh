@@ -2,9 +2,10 @@
 # SynthGRID: the embedded default corpus (GRID grammar; voices of festival, eSpeak NG and flite; rendered mouth
 # ROIs). Trains one audio-visual hybrid CTC/attention model from scratch and decodes the test sets (test:
 # festival voices of unseen speakers; test_edges: test with each end cut to the speech or 0.4-1.0 s longer;
-# test_unseen_voice, test_espeak_ng, test_flite: voices of each engine that no training utterance has) in
-# {audio, video, audiovisual} x {clean, babble at 10, 5, 0, -5 dB}. CPU-sized by default (about 46 minutes on
-# 2 cores of an AVX2-only AMD EPYC; docs/performance.md).
+# test_unseen_voice, test_espeak_ng, test_flite: voices of each engine that no training utterance has; and
+# test's audio with other lips: test_other_lips, test_frozen_mouth, test_photo_lips) in {audio, video,
+# audiovisual} x {clean, babble at 10, 5, 0, -5 dB}. CPU-sized by default (about 33 minutes on 2 cores of an
+# Intel Xeon with AVX-512 BF16; docs/performance.md).
 #   ./run.sh                          # everything
 #   ./run.sh --stage 9 --stop_stage 9 # training only (resumes from exp/<tag>/checkpoint.pt)
 #   ./run.sh --ngpu 1                 # train and decode on a GPU
