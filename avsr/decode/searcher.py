@@ -125,7 +125,9 @@ class Searcher:
             gates: a dict that receives what fusion did with two-stream input where the views are ranked:
                 ``"audio_gate"`` and ``"video_trust"``, each ``(B,)`` float32 in (0, 1), the utterances' mean
                 audio gate and video trust gate (:meth:`avsr.encoder.AVHubertEncoder.gate_means`; no
-                ``video_trust`` for a model without a video gate). Left empty otherwise.
+                ``video_trust`` for a model without a video gate; 0 or 1 where the search decides, and then
+                also ``"video_sync"`` and ``"audio_ctc_confidence"``, see :meth:`_sync_decision`). Left empty
+                otherwise.
 
         Returns:
             ``(hypotheses, ctc_logp, enc_lens)``: up to ``nbest`` hypotheses per utterance, best first;
@@ -178,7 +180,7 @@ class Searcher:
         0; ``gates`` (when given) receives ``"video_sync"`` (the margins) and ``"audio_ctc_confidence"``
         (``q``)."""
         margin = self.model.encoder.sync_margin(audio, video_features, lengths).float()
-        valid = torch.arange(ctc_a.size(1), device=ctc_a.device)[None, :] < lengths[:, None]
+        valid = torch.arange(ctc_a.size(1), device=ctc_a.device)[None, :] < lengths.to(ctc_a.device)[:, None]
         q = (ctc_a.amax(dim=-1) * valid).sum(dim=1) / valid.sum(dim=1)
         if gates is not None:
             gates["video_sync"], gates["audio_ctc_confidence"] = margin, q
