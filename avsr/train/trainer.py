@@ -374,15 +374,14 @@ class Trainer:
         """After loading optimizer/scheduler state: the configuration's ``lr``, ``betas`` and ``weight_decay``
         win over the saved ones (the saved state holds the values of the run that wrote it, so a learning rate
         changed with ``--allow-config-change`` would otherwise be ignored silently); the schedule's position
-        (step) is kept."""
+        (step) is kept: the scheduler is made again at that position from the new ``initial_lr`` (its public
+        constructor sets every group's ``lr`` and :meth:`get_last_lr`)."""
         for group in self.optimizer.param_groups:
             group["initial_lr"] = self.cfg.lr
             group["betas"] = tuple(self.cfg.betas)
             group["weight_decay"] = self.cfg.weight_decay
-        self.scheduler.base_lrs = [self.cfg.lr] * len(self.optimizer.param_groups)
-        for group, factor in zip(self.optimizer.param_groups, self.scheduler.lr_lambdas):
-            group["lr"] = self.cfg.lr * factor(self.scheduler.last_epoch)
-        self.scheduler._last_lr = [group["lr"] for group in self.optimizer.param_groups]  # get_last_lr()
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, self.scheduler.lr_lambdas, last_epoch=self.scheduler.last_epoch - 1)
 
     def _to(self, batch: dict) -> dict:
         return {
