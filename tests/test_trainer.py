@@ -385,7 +385,7 @@ def test_av_batch_views_sum_the_losses_of_each_view_from_one_video_front_end_run
 def test_audiovisual_clean_view_scores_the_fused_input_with_the_clean_audio(setup, tmp_path):
     """av_batch_views with audiovisual_clean: that view is the audio-visual loss of the batch's
     audio_clean (the batch's audio where there is none); the trainer passes audio_clean and has the
-    training set keep it, and refuses the view without loader-drawn modality dropout."""
+    training set keep it (refused without), and refuses the view without loader-drawn modality dropout."""
     tok, utts = setup
     no_dropout = dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
     enc = {**MODEL["encoder_conf"], **no_dropout, "dropout_features": 0.0, "dropout_input": 0.0,
@@ -417,7 +417,10 @@ def test_audiovisual_clean_view_scores_the_fused_input_with_the_clean_audio(setu
         write_wav(tmp_path / "n.wav", np.random.default_rng(0).standard_normal(16000).astype(np.float32))
         noise = NoiseConfig(NoiseSource(tmp_path / "n.wav"), prob=1.0, snr_db=[0.0])
         cfg = TrainConfig(max_epoch=1, batch_frames=40, warmup_steps=2, log_interval=1)
-        train_set = AVDataset(utts, tok, train=True, noise=noise)
+        with pytest.raises(ConfigError, match="audiovisual_clean needs a training set that keeps"):
+            Trainer(AVSRModel.from_config(config), config, AVDataset(utts, tok, train=True, noise=noise),
+                    AVDataset(utts[:2], tok), cfg, tmp_path / "unkept")
+        train_set = AVDataset(utts, tok, train=True, noise=noise, keep_clean_audio=True)
         trainer = Trainer(AVSRModel.from_config(config), config, train_set, AVDataset(utts[:2], tok), cfg,
                           tmp_path / "clean")
         assert trainer.loader.dataset.keep_clean_audio and trainer.model.batch_keys[-1] == "audio_clean"
@@ -502,3 +505,19 @@ def test_accumulated_half_batches_give_the_gradient_of_the_full_batch(setup, tmp
     full(audio, lengths)[0].backward()
     for name, p in full.named_parameters():
         torch.testing.assert_close(grads[0][name], p.grad, msg=name)
+
+
+def test_the_training_set_is_built_keeping_the_clean_audio_when_the_model_asks_for_it(setup, tmp_path):
+    from avsr.data.datadir import write_datadir
+    from avsr.train.config import TrainConfig
+    from avsr.train.experiment import ExperimentOptions, ModelSetup, build_datasets
+
+    tok, utts = setup
+    write_datadir(tmp_path / "data", utts)
+    opts = ExperimentOptions(config=tmp_path / "train.yaml", train_data=tmp_path / "data",
+                             valid_data=tmp_path / "data", exp_dir=tmp_path / "exp")
+    for views, kept in ((["audiovisual", "video"], False), (["audiovisual", "audiovisual_clean"], True)):
+        config = {"vocab_size": tok.vocab_size, **MODEL, "model_conf": {"av_batch_views": views}}
+        model = AVSRModel.from_config(config)
+        train_set, valid_set = build_datasets(opts, TrainConfig(batch_frames=1000), ModelSetup(model, tok))
+        assert train_set.keep_clean_audio is kept and not valid_set.keep_clean_audio

@@ -371,6 +371,9 @@ def build_datasets(opts: ExperimentOptions, cfg: TrainConfig,
         audio_augment=build_audio_augment(cfg),
         cache_limit_mb=cfg.cache_limit_mb,
         phone_lexicon=setup.phone_lexicon,
+        # the model's clean audio-visual view needs the clean audio of audio-visual batches
+        keep_clean_audio="audiovisual_clean" in getattr(getattr(setup.model, "conf", None), "av_batch_views",
+                                                        ()),
     )
     valid_set = AVDataset(valid_utts, setup.tokenizer, train=False, label_sets=setup.valid_labels or (),
                           cache_limit_mb=cfg.cache_limit_mb, phone_lexicon=setup.phone_lexicon)

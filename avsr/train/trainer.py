@@ -218,8 +218,8 @@ class Trainer:
     AV-HuBERT's per-batch modality draw in the loader (same draw on every rank, reproducible on resumption),
     made by the encoder (:meth:`avsr.encoder.AVHubertEncoder.hand_over_modality_dropout`: it owns the rule
     and the probabilities), whose own draw is then switched off. With ``audiovisual_clean`` among the model's
-    ``av_batch_views`` the training set is told to keep the clean audio of audio-visual batches
-    (``AVDataset.keep_clean_audio``).
+    ``av_batch_views`` the training set must keep the clean audio of audio-visual batches
+    (``AVDataset(keep_clean_audio=True)``, as :func:`avsr.train.experiment.build_datasets` builds it).
     """
 
     def __init__(
@@ -288,12 +288,12 @@ class Trainer:
         return buckets
 
     def _check_batch_modality_options(self, model, train_set: AVDataset) -> None:
-        """Refuse the options that act on the batch modality when the loader draws none, and tell the training
-        set to keep the clean audio of audio-visual batches when the model asks for that view.
+        """Refuse the options that act on the batch modality when the loader draws none, and a model that asks
+        for the clean audio-visual view of a training set that does not keep the clean audio.
 
         Raises:
-            ConfigError: such an option without a :class:`ModalityBatchSampler`, or
-                ``av_mismatch_noisy_only`` without training noise.
+            ConfigError: such an option without a :class:`ModalityBatchSampler`, ``audiovisual_clean``
+                without ``keep_clean_audio``, or ``av_mismatch_noisy_only`` without training noise.
         """
         cfg = self.cfg
         views = getattr(getattr(model, "conf", None), "av_batch_views", ())
@@ -312,8 +312,9 @@ class Trainer:
                     raise ConfigError(f"{name} needs modality dropout drawn by the loader (an encoder with "
                                       f"modality_dropout > 0 and a training set with audio and video): no "
                                       f"batch is marked {marked} otherwise")
-        if "audiovisual_clean" in views:  # the loader keeps the clean audio of audio-visual batches
-            train_set.keep_clean_audio = True
+        if "audiovisual_clean" in views and not train_set.keep_clean_audio:
+            raise ConfigError("model_conf.av_batch_views audiovisual_clean needs a training set that keeps "
+                              "the clean audio of audio-visual batches (AVDataset(keep_clean_audio=True))")
         if cfg.av_mismatch_prob > 0 and cfg.av_mismatch_noisy_only and train_set.noise is None:
             raise ConfigError("av_mismatch_noisy_only needs training noise (--train-noise, noise_prob > 0)")
 
