@@ -169,7 +169,9 @@ def decode_settings(job: DecodeJob) -> dict[str, Any]:
     rescored = "audiovisual" in job.modalities and config.search == "espnet"
     # read from the checkpoint only when needed, once (official ones are big)
     defaults = ModelDefaults(None, ViewWeights(), {})
-    if job.edge_frames == "model" or "audiovisual" in job.modalities:
+    if job.edge_frames == "model" or (rescored and None in (
+            config.video_weight, config.audio_weight, config.audio_confidence, config.video_sync_margin,
+            config.video_sync_slope)):
         defaults = model_defaults(source, job.average_nbest)
     edges = defaults.edge_frames if job.edge_frames == "model" else job.edge_frames
     edges = check_edges(edges, "edge_frames") if edges is not None else None
