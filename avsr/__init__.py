@@ -35,6 +35,7 @@ __version__ = _version()
 _LAZY = {
     "AVHubertEncoder": "avsr.encoder",
     "AVHubertEncoderConfig": "avsr.encoder",
+    "EncoderRuntime": "avsr.encoder",
     "GradMultiply": "avsr.autograd",
     "grad_multiply": "avsr.autograd",
     "AVSRModel": "avsr.models.asr",

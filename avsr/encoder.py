@@ -47,8 +47,8 @@ from avsr.nn.precision import check_precision
 from avsr.nn.resnet import RESNET_RELU_TYPES, VideoFrontEnd
 from avsr.nn.transformer import ACTIVATIONS, TransformerEncoder
 
-__all__ = ["AVHubertEncoderConfig", "AVHubertEncoder", "AudioFrontEnd", "AudioGate", "AVEmbedding",
-           "MODALITY_FUSIONS"]
+__all__ = ["AVHubertEncoderConfig", "AVHubertEncoder", "EncoderRuntime", "AudioFrontEnd", "AudioGate",
+           "AVEmbedding", "MODALITY_FUSIONS"]
 
 MODALITY_FUSIONS = ("concat", "add")
 
@@ -297,6 +297,66 @@ class AVHubertEncoderConfig(Config):
                               f"encoder_embed_dim ({self.encoder_embed_dim})")
 
 
+@dataclass(frozen=True)
+class EncoderRuntime:
+    """The run-time switches of an :class:`AVHubertEncoder`, given when it is built.
+
+    They say how the encoder computes, not what: they are not hyper-parameters, are not saved with the
+    configuration or the weights (a checkpoint loads under any of them), and change no result beyond float
+    rounding -- except ``modality_dropout_by_loader``, which says who draws the modality dropout. Built
+    into the encoder's parts at construction and read back through the encoder's read-only properties of
+    the same names; an encoder that should run otherwise is built again (and given the weights with
+    ``load_state_dict``).
+
+    Attributes:
+        checkpoint_activations: in training with gradients, recompute each transformer layer in the backward
+            pass instead of storing its activations (fairseq's option of that name): the same values and
+            gradients, activation memory of the layers down to one ``(B, T, D)`` tensor each, for about one
+            more forward pass of the layers in time. Default False.
+        video_precision: the precision of the video front-end's ResNet (:class:`avsr.nn.resnet.ResEncoder`):
+            None (default) = the caller's (float32, or the dtype of an autocast region around the encoder);
+            ``"fp32"`` / ``"bf16"`` = that precision whatever the caller's, the ResNet's output in its input's
+            dtype; ``"auto"`` = ``bf16`` where the input's device computes bfloat16 natively, else ``fp32``,
+            resolved at each forward pass by :func:`avsr.nn.precision.resolve_precision` (``what``
+            ``"video_precision"``, logged once). The training setting of that name
+            (:class:`avsr.train.config.TrainConfig`) is given resolved for the training device.
+        video_precision_in_eval: True (default): ``video_precision`` applies in training and in eval mode
+            (avsr's trainer, whose validation runs as its training); False: in training mode only, eval mode
+            computing in the caller's precision (the ESPnet wrapper, :mod:`avsr.espnet.encoder`).
+        channels_last: the video front-end's layout (see :class:`avsr.nn.resnet.ResEncoder`): None (default)
+            = channels-last under a bfloat16 autocast, for bfloat16 input and in training on CPU (where its
+            BatchNorm layers run fused), else the original's layout (float32 inference, CUDA); True / False
+            force it.
+        modality_dropout_by_loader: False (default): the encoder draws its per-batch modality dropout itself
+            in :meth:`AVHubertEncoder.forward` (training mode, both modalities given). True: the data loader
+            draws it per batch (:class:`avsr.data.dataset.ModalityBatchSampler`, made by
+            :meth:`AVHubertEncoder.modality_batch_sampler`) and loads only the modality a batch keeps (or a
+            wrapper draws it before the forward pass, :mod:`avsr.espnet.encoder`), so the encoder does not
+            draw again: it encodes the modalities it is given.
+
+    Raises:
+        ValueError: ``video_precision`` other than None or one of :data:`avsr.nn.precision.PRECISIONS` (the
+            message names ``video_precision``).
+        TypeError: a switch that is not a bool (``channels_last``: a bool or None), named.
+    """
+
+    checkpoint_activations: bool = False
+    video_precision: str | None = None
+    video_precision_in_eval: bool = True
+    channels_last: bool | None = None
+    modality_dropout_by_loader: bool = False
+
+    def __post_init__(self) -> None:
+        if self.video_precision is not None:
+            check_precision(self.video_precision, "video_precision")
+        for name in ("checkpoint_activations", "video_precision_in_eval", "channels_last",
+                     "modality_dropout_by_loader"):
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "channels_last" and value is None):
+                kind = "a bool or None" if name == "channels_last" else "a bool"
+                raise TypeError(f"EncoderRuntime.{name} must be {kind}, got {value!r}")
+
+
 class AVEmbedding(NamedTuple):
     """What :meth:`AVHubertEncoder.embed` returns (the transformer's input and friends).
 
@@ -347,9 +407,10 @@ class AVHubertEncoder(nn.Module):
     audio-only, video-only and audio-visual input.
 
     Behaviour in training (``model.train()``): dropouts, layerdrop, and per-batch modality dropout when both
-    modalities are given (:func:`avsr.nn.modality.draw_modalities`) -- unless the encoder has handed that
-    draw over to the data loader (:meth:`hand_over_modality_dropout`, read back as
-    ``modality_dropout_by_loader``), which then drops the modality before loading it. In eval mode the
+    modalities are given (:func:`avsr.nn.modality.draw_modalities`) -- unless the encoder was built to leave
+    that draw to the data loader (``EncoderRuntime(modality_dropout_by_loader=True)``, read back as
+    :attr:`modality_dropout_by_loader`; the loader's sampler: :meth:`modality_batch_sampler`), which then
+    drops the modality before loading it. In eval mode the
     output on an utterance's valid frames does not depend on the other utterances of the batch or on the
     padding. Before the video front-end, padded video frames are set to zero, so that the 5-frame temporal
     kernel of the 3-D stem sees zeros past the end whatever the padding value was. As in the original, in
@@ -361,31 +422,49 @@ class AVHubertEncoder(nn.Module):
     transformer layer's output, for clustering or probing), :meth:`embed` (the transformer's input, for a
     pretraining model), :meth:`output_size`, :meth:`from_yaml`.
 
-    Speed and memory (run-time switches, not hyper-parameters: they change no result beyond float rounding
-    and are not saved with the configuration): the encoder runs under a caller's ``torch.autocast``
-    (bfloat16: :func:`avsr.nn.precision.autocast_context`; the output is then bfloat16, the feature
-    penalty float32) and under ``torch.compile``; :attr:`checkpoint_activations` (fairseq's option of that
-    name) recomputes each transformer layer in the backward pass instead of storing its activations;
-    :attr:`channels_last` chooses the video front-end's layout (by default channels-last under bfloat16,
-    2-3x faster there on CPUs with AMX / AVX-512 BF16, and in training on CPU, where its BatchNorm layers
-    run fused). ``benchmarks/bench_encoder.py`` measures them.
+    Speed and memory: the encoder runs under a caller's ``torch.autocast`` (bfloat16:
+    :func:`avsr.nn.precision.autocast_context`; the output is then bfloat16, the feature penalty float32)
+    and under ``torch.compile``; its run-time switches (:class:`EncoderRuntime`, given at construction as
+    ``runtime``, not hyper-parameters: they change no result beyond float rounding and are not saved with
+    the configuration) are :attr:`checkpoint_activations` (fairseq's option of that name: recompute each
+    transformer layer in the backward pass instead of storing its activations), :attr:`video_precision`
+    (the video front-end's ResNet in a precision of its own) and :attr:`channels_last` (the video
+    front-end's layout: by default channels-last under bfloat16, 2-3x faster there on CPUs with AMX /
+    AVX-512 BF16, and in training on CPU, where its BatchNorm layers run fused).
+    ``benchmarks/bench_encoder.py`` measures them. They are read-only once built: an encoder that should run
+    otherwise is built again with another runtime (and given the weights with ``load_state_dict``).
+
+    Args:
+        config: the hyper-parameters (:class:`AVHubertEncoderConfig`), or None to build them from
+            ``encoder_conf``.
+        runtime: the run-time switches (:class:`EncoderRuntime`; None: its defaults).
+        **encoder_conf: options of :class:`AVHubertEncoderConfig` (ESPnet style).
 
     Raises:
         avsr.config.ConfigError: unknown option (named), bad option value, or both ``config`` and keywords.
+        TypeError: ``runtime`` not an :class:`EncoderRuntime`.
     """
 
-    def __init__(self, config: AVHubertEncoderConfig | None = None, **encoder_conf: Any) -> None:
+    def __init__(self, config: AVHubertEncoderConfig | None = None, *, runtime: EncoderRuntime | None = None,
+                 **encoder_conf: Any) -> None:
         super().__init__()
         if config is None:
             config = from_dict(AVHubertEncoderConfig, encoder_conf, "AVHubertEncoder encoder_conf")
         elif encoder_conf:
             raise ConfigError("AVHubertEncoder: give either config=... or keyword options, not both "
                               f"(got keywords {sorted(encoder_conf)})")
+        if runtime is None:
+            runtime = EncoderRuntime()
+        elif not isinstance(runtime, EncoderRuntime):
+            raise TypeError(f"AVHubertEncoder: runtime must be an EncoderRuntime, got "
+                            f"{type(runtime).__name__}")
         self.config = config
-        self.modality_dropout_by_loader = False
+        self._runtime = runtime
         d = config.encoder_embed_dim
         self.feature_extractor_audio = AudioFrontEnd(config.audio_feat_dim, d)
-        self.feature_extractor_video = VideoFrontEnd(d, config.resnet_widths, config.resnet_relu_type)
+        self.feature_extractor_video = VideoFrontEnd(
+            d, config.resnet_widths, config.resnet_relu_type, channels_last=runtime.channels_last,
+            precision=runtime.video_precision, precision_in_eval=runtime.video_precision_in_eval)
         self.embed_dim = 2 * d if config.modality_fuse == "concat" else d
         self.layer_norm = nn.LayerNorm(self.embed_dim)
         self.post_extract_proj = nn.Linear(self.embed_dim, d) if self.embed_dim != d else None
@@ -406,18 +485,21 @@ class AVHubertEncoder(nn.Module):
             conv_pos_groups=config.conv_pos_groups,
             activation_fn=config.activation_fn,
             layer_norm_first=config.layer_norm_first,
+            checkpoint_activations=runtime.checkpoint_activations,
         )
 
     @classmethod
-    def from_yaml(cls, path: str | os.PathLike, **overrides: Any) -> AVHubertEncoder:
+    def from_yaml(cls, path: str | os.PathLike, *, runtime: EncoderRuntime | None = None,
+                  **overrides: Any) -> AVHubertEncoder:
         """Build from a YAML file whose top level, or whose ``encoder_conf`` key, holds the options.
 
         ``path`` is a file or the name of a shipped model configuration (``"avhubert_base"``,
         ``"avhubert_large"``, ``"avsr_synthgrid_cpu"``: ``avsr/conf/model/<name>.yaml``); an existing file
         wins over a name (:func:`avsr.config.config_path`). When the file has an ``encoder_conf`` mapping,
         only that mapping is read (sibling keys such as ``encoder:`` or ``decoder_conf:`` belong to other
-        components). ``overrides`` (options of :class:`AVHubertEncoderConfig`) replace file values. The
-        weights are randomly initialised; :meth:`from_pretrained` loads trained ones.
+        components). ``overrides`` (options of :class:`AVHubertEncoderConfig`) replace file values;
+        ``runtime``: the run-time switches (:class:`EncoderRuntime`). The weights are randomly initialised;
+        :meth:`from_pretrained` loads trained ones.
 
         Raises:
             avsr.config.ConfigError: missing/invalid file or unknown name (the shipped names are listed),
@@ -436,35 +518,39 @@ class AVHubertEncoder(nn.Module):
             if not isinstance(data, Mapping):
                 raise ConfigError(f"{where} must be a mapping, got {type(data).__name__}")
         conf = {**data, **overrides}
-        return cls(config=from_dict(AVHubertEncoderConfig, conf, where))
+        return cls(config=from_dict(AVHubertEncoderConfig, conf, where), runtime=runtime)
 
     @classmethod
     def from_pretrained(
-        cls, path: str | os.PathLike, map_location: str | torch.device = "cpu"
+        cls, path: str | os.PathLike, map_location: str | torch.device = "cpu", *,
+        runtime: EncoderRuntime | None = None,
     ) -> AVHubertEncoder:
         """Load the encoder of a checkpoint, with the architecture stored in it, in eval mode.
 
         Accepts official fairseq AV-HuBERT checkpoints -- pretraining (``av_hubert``) and fine-tuned
         (``av_hubert_seq2seq``, ``av_hubert_ctc``, whose architecture is in ``cfg.model.w2v_args``) -- and
         avsr's own (an ``AVSRModel`` checkpoint or an encoder written by ``avsr-convert``). Loading is safe
-        (``torch.load(weights_only=True)``); see :mod:`avsr.compat` for the key mapping.
+        (``torch.load(weights_only=True)``); see :mod:`avsr.compat` for the key mapping. ``runtime``: the
+        run-time switches (:class:`EncoderRuntime`; None: its defaults).
 
         Raises:
             FileNotFoundError: no such file.
             avsr.compat.CheckpointError: truncated or not a checkpoint, not an AV-HuBERT one, an unsupported
                 configuration field (named), or weights that do not fit (keys named).
         """
-        return cls.from_checkpoint(read_checkpoint(path, map_location))
+        return cls.from_checkpoint(read_checkpoint(path, map_location), runtime=runtime)
 
     @classmethod
-    def from_checkpoint(cls, loaded: LoadedCheckpoint) -> AVHubertEncoder:
-        """The encoder of a checkpoint already read by :func:`avsr.compat.read_checkpoint`, in eval mode.
+    def from_checkpoint(cls, loaded: LoadedCheckpoint, *, runtime: EncoderRuntime | None = None
+                        ) -> AVHubertEncoder:
+        """The encoder of a checkpoint already read by :func:`avsr.compat.read_checkpoint`, in eval mode,
+        with the run-time switches ``runtime`` (:class:`EncoderRuntime`; None: its defaults).
 
         Raises:
             avsr.compat.CheckpointError: the weights do not fit the configuration (keys named).
             avsr.config.ConfigError: an option value the encoder refuses (named).
         """
-        encoder = cls(**loaded.encoder_conf)
+        encoder = cls(runtime=runtime, **loaded.encoder_conf)
         load_state_strict(encoder, loaded.encoder_state, str(loaded.path), "encoder")
         return encoder.eval()
 
@@ -473,46 +559,42 @@ class AVHubertEncoder(nn.Module):
         return self.config.encoder_embed_dim
 
     @property
+    def runtime(self) -> EncoderRuntime:
+        """The run-time switches the encoder was built with (:class:`EncoderRuntime`); read-only."""
+        return self._runtime
+
+    @property
     def checkpoint_activations(self) -> bool:
         """In training with gradients, recompute each transformer layer in the backward pass instead of
         keeping its activations (fairseq's ``checkpoint_activations``): same values and gradients, activation
         memory of the layers down to one ``(B, T, D)`` tensor each, about one more forward pass of the
-        layers in time. Default False."""
+        layers in time. Default False; set at construction (:class:`EncoderRuntime`), read-only."""
         return self.encoder.checkpoint_activations
-
-    @checkpoint_activations.setter
-    def checkpoint_activations(self, value: bool) -> None:
-        self.encoder.checkpoint_activations = bool(value)
 
     @property
     def channels_last(self) -> bool | None:
         """Channels-last (NDHWC/NHWC) activations in the video front-end (see
         :class:`avsr.nn.resnet.ResEncoder`); same values up to float rounding. None (default): channels-last
         under a bfloat16 autocast and in training on CPU, else the original's layout (float32 inference,
-        CUDA); True/False force it."""
+        CUDA); True/False force it. Set at construction (:class:`EncoderRuntime`), read-only."""
         return self.feature_extractor_video.resnet.channels_last
-
-    @channels_last.setter
-    def channels_last(self, value: bool | None) -> None:
-        self.feature_extractor_video.resnet.channels_last = None if value is None else bool(value)
 
     @property
     def video_precision(self) -> str | None:
         """Precision of the video front-end's ResNet (``ResEncoder.precision``, :mod:`avsr.nn.resnet`):
         None (default) = the caller's; ``"bf16"`` / ``"fp32"`` = that precision whatever the caller's,
-        output in the input's dtype. Training sets it from ``video_precision``
-        (:class:`avsr.train.config.TrainConfig`).
-
-        Raises:
-            ValueError: a value other than None or one of :data:`avsr.nn.precision.PRECISIONS`.
-        """
+        output in the input's dtype; ``"auto"`` = resolved for the input's device at each forward pass. In
+        eval mode too unless built with ``video_precision_in_eval=False``. Set at construction
+        (:class:`EncoderRuntime`; training gives its ``video_precision``,
+        :class:`avsr.train.config.TrainConfig`, resolved for its device), read-only."""
         return self.feature_extractor_video.resnet.precision
 
-    @video_precision.setter
-    def video_precision(self, value: str | None) -> None:
-        if value is not None:
-            check_precision(value, "video_precision")
-        self.feature_extractor_video.resnet.precision = value
+    @property
+    def modality_dropout_by_loader(self) -> bool:
+        """Whether the data loader (or a wrapper) draws the per-batch modality dropout, so that the encoder
+        does not draw again (:class:`EncoderRuntime`); False: the encoder draws it in :meth:`forward`. Set at
+        construction, read-only."""
+        return self._runtime.modality_dropout_by_loader
 
     def _front_end(self, extractor: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """Run a front-end with AV-HuBERT's ``forward_features`` gradient handling."""
@@ -789,25 +871,39 @@ class AVHubertEncoder(nn.Module):
         return draw_modalities(torch.rand(1, 2, dtype=torch.float64), self.config.modality_dropout,
                                self.config.audio_dropout)[0]
 
-    def hand_over_modality_dropout(self, batch_sampler, seed: int = 0):
-        """Give the per-batch modality dropout draw to the training data loader; returns its sampler.
+    def modality_batch_sampler(self, batch_sampler, seed: int = 0):
+        """The training data loader's sampler that draws this encoder's per-batch modality dropout.
 
         The encoder owns modality dropout (its probabilities ``modality_dropout`` / ``audio_dropout`` and the
-        rule :func:`avsr.nn.modality.draw_modalities`); by default it draws in :meth:`forward`. A trainer that
-        can skip loading (and cropping, and adding noise to) a modality the draw drops calls this once: it
-        returns an :class:`avsr.data.dataset.ModalityBatchSampler` that makes the same draws per batch
-        (seeded by ``seed`` and the epoch, so identical on every rank and after resumption) over
-        ``batch_sampler``, and from then on the encoder does not draw again
-        (``modality_dropout_by_loader`` is True).
+        rule :func:`avsr.nn.modality.draw_modalities`). An encoder built with
+        ``EncoderRuntime(modality_dropout_by_loader=True)`` does not draw it in :meth:`forward`; the trainer
+        that can then skip loading (and cropping, and adding noise to) a modality the draw drops takes this
+        :class:`avsr.data.dataset.ModalityBatchSampler` over its ``batch_sampler``: the same draws, one per
+        batch, seeded by ``seed`` and the epoch (so identical on every rank and after resumption). The
+        encoder is not changed.
+
+        Args:
+            batch_sampler: yields lists of dataset indices (e.g.
+                :class:`avsr.data.dataset.BucketBatchSampler`).
+            seed: base of the draws' seed.
+
+        Returns:
+            A :class:`avsr.data.dataset.ModalityBatchSampler` yielding ``[(index, modality), ...]`` per batch.
 
         Raises:
-            ValueError: ``modality_dropout`` is 0 (nothing to hand over).
+            ValueError: ``modality_dropout`` is 0 (nothing to draw), or the encoder was not built with
+                ``EncoderRuntime(modality_dropout_by_loader=True)`` (it draws itself: the modality dropout
+                would be drawn twice).
         """
         if self.config.modality_dropout <= 0:
-            raise ValueError("modality_dropout is 0: the encoder has no modality dropout to hand over")
+            raise ValueError("modality_dropout is 0: the encoder has no modality dropout for the loader to "
+                             "draw")
+        if not self.modality_dropout_by_loader:
+            raise ValueError("the encoder draws its modality dropout itself: build it with "
+                             "EncoderRuntime(modality_dropout_by_loader=True) for the loader to draw it "
+                             "(else it would be drawn twice)")
         from avsr.data.dataset import ModalityBatchSampler
 
-        self.modality_dropout_by_loader = True
         return ModalityBatchSampler(batch_sampler, self.config.modality_dropout, self.config.audio_dropout,
                                     seed=seed)
 

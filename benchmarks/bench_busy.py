@@ -56,6 +56,7 @@ def worker(args: argparse.Namespace) -> dict:
 
     import torch
 
+    from avsr.encoder import EncoderRuntime
     from avsr.models.asr import AVSRModel
     from avsr.nn.precision import autocast_context, flush_denormal, machine_summary
     from avsr.train.config import load_experiment_config
@@ -70,11 +71,12 @@ def worker(args: argparse.Namespace) -> dict:
     if config.model_conf.phone_ctc_weight > 0:
         config = dataclasses.replace(config, model_conf=dataclasses.replace(config.model_conf,
                                                                             phone_vocab_size=PHONES))
-    model = AVSRModel.from_config(config, str(args.config)).train()
     device = torch.device("cpu")
-    model.encoder.modality_dropout_by_loader = True  # the batches below carry the drawn modalities
-    model.encoder.checkpoint_activations = cfg.checkpoint_activations
-    model.encoder.video_precision = cfg.resolved_video_precision(device)
+    # the encoder as the trainer's: its settings, and the batches below carry the drawn modalities
+    runtime = EncoderRuntime(checkpoint_activations=cfg.checkpoint_activations,
+                             video_precision=cfg.resolved_video_precision(device),
+                             modality_dropout_by_loader=True)
+    model = AVSRModel.from_config(config, str(args.config), runtime=runtime).train()
     precision = cfg.resolved_precision(device)
     optimizer = make_adamw(model.parameters(), cfg)
     enc = config.encoder_conf

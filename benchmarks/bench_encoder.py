@@ -27,7 +27,7 @@ Modes (``+``-joined): ``fp32`` eager, the reference (the computation of the orig
 (bfloat16 autocast, :func:`avsr.nn.precision.autocast_context`; the video front-end then runs channels-last
 by default); ``compile`` (``torch.compile`` as the trainer's ``compile: true`` does it,
 :func:`avsr.train.trainer.compile_model`); ``cl`` / ``nchw`` force the video front-end's layout
-(``AVHubertEncoder.channels_last`` True / False; ``bf16+nchw`` is bf16 autocast on the original layout;
+(``EncoderRuntime.channels_last`` True / False; ``bf16+nchw`` is bf16 autocast on the original layout;
 ``fp32`` and ``compile`` without either run the original layout, ``fp32+cl`` the channels-last one with
 the fused BatchNorm + PReLU of CPU training, :func:`avsr.nn.resnet.batch_norm_act`);
 ``ckpt`` (``checkpoint_activations``). Examples: ``bf16+nchw``, ``compile+bf16``, ``bf16+ckpt``.
@@ -35,7 +35,10 @@ the fused BatchNorm + PReLU of CPU training, :func:`avsr.nn.resnet.batch_norm_ac
 bfloat16, i.e. how much the outputs and gradients move when only the inputs carry bfloat16's rounding
 error.
 
-Method: all modes share one model (same weights); each mode is warmed up (``--warmup`` calls; the first
+Method: every mode runs a model of its own built with the mode's run-time switches
+(:class:`avsr.encoder.EncoderRuntime`: layout, activation checkpointing) and given the weights of one base
+model (``load_state_dict``; the compile modes: a compiled copy of it), so that all modes start from the same
+weights; each mode is warmed up (``--warmup`` calls; the first
 calls of a compile mode compile: as in training, a batch 10 frames shorter, then the batch, which recompiles
 with dynamic shapes; their time is printed as ``first_s``), then the repetitions are interleaved
 (rep 1 of every mode, rep 2 of every mode, ...) so that a change of machine load hits all modes alike; the
@@ -76,7 +79,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from avsr.config import load_yaml  # noqa: E402
-from avsr.encoder import AVHubertEncoder  # noqa: E402
+from avsr.encoder import AVHubertEncoder, EncoderRuntime  # noqa: E402
 from avsr.models.asr import AVSRModel  # noqa: E402
 from avsr.nn.precision import autocast_context, machine_summary, resolve_precision  # noqa: E402, I001
 from avsr.train.trainer import compile_model, make_adamw  # noqa: E402
@@ -161,30 +164,36 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-class Bench:
-    """The model, inputs and per-mode callables of one (config, measure) on one device."""
+def mode_runtime(mode: Mode) -> EncoderRuntime:
+    """The encoder's run-time switches of ``mode``: its layout and activation checkpointing; the modalities
+    given are used (``modality_dropout_by_loader``, as the trainer's encoder, whose loader draws)."""
+    return EncoderRuntime(channels_last=mode.channels_last, checkpoint_activations=mode.checkpoint,
+                          modality_dropout_by_loader=True)
 
-    def __init__(self, args: argparse.Namespace, config: str, measure: str, device: torch.device) -> None:
+
+class Bench:
+    """The models, inputs and per-mode callables of one (config, measure) on one device.
+
+    ``base_mode``: the mode whose run-time switches the base model is built with (default: the fp32
+    reference's); the other modes' models are built with their own and given the base's weights.
+    """
+
+    def __init__(self, args: argparse.Namespace, config: str, measure: str, device: torch.device,
+                 base_mode: Mode | None = None) -> None:
         self.args, self.measure, self.device = args, measure, device
         conf = load_yaml(config_path(config))
         encoder_conf = dict(conf.get("encoder_conf", conf))
         if measure != "forward":
             encoder_conf.update(NO_DROPOUT)
+        self._encoder_conf, self._conf = encoder_conf, conf
         torch.manual_seed(0)
-        if measure == "train_step":
-            self.model = AVSRModel({"vocab_size": args.vocab, "encoder_conf": encoder_conf,
-                                    "decoder_conf": conf.get("decoder_conf"),
-                                    "model_conf": conf.get("model_conf")}).to(device)
-            self.encoder = self.model.encoder
-        else:
-            self.encoder = self.model = AVHubertEncoder(**encoder_conf).to(device)
-        self.encoder.modality_dropout_by_loader = True  # use the modalities given, as the trainer does
-        self.compiled: torch.nn.Module | None = None
-        self.encoder.checkpoint_activations = False
-        self.optimizer = None
-        if measure == "train_step":
-            cfg = argparse.Namespace(lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01)
-            self.optimizer = make_adamw(self.model.parameters(), cfg)
+        base_mode = base_mode or Mode("fp32", False, False, None, False)
+        self.model = self._build(mode_runtime(base_mode)).to(device)
+        self.encoder = self.model.encoder if measure == "train_step" else self.model
+        # per (layout, checkpointing): the eager model and its compiled copy, same initial weights
+        self.models: dict[tuple, torch.nn.Module] = {self._key(base_mode): self.model}
+        self.compiled: dict[tuple, torch.nn.Module] = {}
+        self.optimizers: dict[int, torch.optim.Optimizer] = {}
         g = torch.Generator().manual_seed(0)
         b, t, m = args.batch, args.frames, args.modality
         self.audio = torch.randn(b, 104, t, generator=g).to(device) if m in ("av", "audio") else None
@@ -195,22 +204,46 @@ class Bench:
         self.probe = torch.randn(b, t, self.encoder.output_size(), generator=g).to(device)
         self.ys = ys.masked_fill(torch.arange(8, device=device)[None] >= self.ys_lens[:, None], -1)
 
+    def _build(self, runtime: EncoderRuntime) -> torch.nn.Module:
+        """The measured model (an AVSRModel for train_step, else the encoder) with ``runtime``, on the CPU."""
+        if self.measure == "train_step":
+            conf = self._conf
+            return AVSRModel({"vocab_size": self.args.vocab, "encoder_conf": self._encoder_conf,
+                              "decoder_conf": conf.get("decoder_conf"), "model_conf": conf.get("model_conf")},
+                             runtime=runtime)
+        return AVHubertEncoder(runtime=runtime, **self._encoder_conf)
+
+    @staticmethod
+    def _key(mode: Mode) -> tuple:
+        """What a mode's model is built with: (layout, activation checkpointing)."""
+        return mode.channels_last, mode.checkpoint
+
     def module(self, mode: Mode) -> torch.nn.Module:
-        """The model as ``mode`` runs it: compile modes share a copy (same initial weights) compiled in place
-        as the trainer does (:func:`avsr.train.trainer.compile_model`); the other modes the model itself."""
+        """The model as ``mode`` runs it: one per (layout, checkpointing), built with the mode's runtime and
+        given the base model's weights when first asked for; compile modes a copy of it compiled in place as
+        the trainer does (:func:`avsr.train.trainer.compile_model`)."""
+        key = self._key(mode)
+        if key not in self.models:
+            model = self._build(mode_runtime(mode))
+            model.load_state_dict(self.model.state_dict())
+            self.models[key] = model.to(self.device)
         if not mode.compile:
-            return self.model
-        if self.compiled is None:
-            self.compiled = compile_model(copy.deepcopy(self.model))
-        return self.compiled
+            return self.models[key]
+        if key not in self.compiled:
+            self.compiled[key] = compile_model(copy.deepcopy(self.models[key]))
+        return self.compiled[key]
+
+    def optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
+        """The fused AdamW of ``model`` (train_step), made when first asked for."""
+        if id(model) not in self.optimizers:
+            cfg = argparse.Namespace(lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01)
+            self.optimizers[id(model)] = make_adamw(model.parameters(), cfg)
+        return self.optimizers[id(model)]
 
     def run(self, mode: Mode, frames: int | None = None) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         """One call in ``mode`` (on the first ``frames`` frames of the batch when given): returns (output or
         loss, gradients or None)."""
         model = self.module(mode)
-        base = model.encoder if self.measure == "train_step" else model
-        base.channels_last = mode.channels_last
-        base.checkpoint_activations = mode.checkpoint
         ctx = autocast_context(self.device, mode.precision)
         t = frames or self.args.frames
         audio = self.audio[:, :, :t] if self.audio is not None else None
@@ -245,15 +278,9 @@ class Bench:
         model = self.module(mode)
         _, grads = self.run(mode)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-        opt = self.optimizer if not mode.compile else self.compiled_optimizer()
+        opt = self.optimizer(model)
         opt.step()
         opt.zero_grad(set_to_none=True)
-
-    def compiled_optimizer(self) -> torch.optim.Optimizer:
-        if not hasattr(self, "_compiled_opt"):
-            cfg = argparse.Namespace(lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01)
-            self._compiled_opt = make_adamw(self.compiled.parameters(), cfg)
-        return self._compiled_opt
 
 
 def parity(ref: tuple[torch.Tensor, list | None], got: tuple[torch.Tensor, list | None]) -> dict:
@@ -337,7 +364,7 @@ def child_memory(args: argparse.Namespace) -> None:
     """In a fresh process: warm up one mode, then print the peak RSS (MiB) of one more call."""
     torch.set_num_threads(int(args.threads))
     mode = parse_mode(args.modes, args.device)
-    bench = Bench(args, args.config, args.measure, torch.device("cpu"))
+    bench = Bench(args, args.config, args.measure, torch.device("cpu"), base_mode=mode)  # one eager model
     for _ in range(max(1, args.warmup)):
         bench.step(mode)
     reset_peak_rss()

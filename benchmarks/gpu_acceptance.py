@@ -189,7 +189,7 @@ def train_step_figures(config: str, device: str, precision: str, batch: int, fra
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from avsr.encoder import AVHubertEncoder
+    from avsr.encoder import AVHubertEncoder, EncoderRuntime
     from avsr.nn.precision import autocast_context, resolve_precision
     from avsr.train.trainer import make_adamw
 
@@ -197,8 +197,9 @@ def train_step_figures(config: str, device: str, precision: str, batch: int, fra
     prec = resolve_precision(precision, dev)
     overrides = {**NO_DROPOUT, **(TINY_OVERRIDES[config] if tiny else {})}
     torch.manual_seed(seed)
-    model = AVHubertEncoder.from_yaml(config, **overrides).to(dev)  # = avsr.avhubert_base(**overrides)
-    model.modality_dropout_by_loader = True  # use both modalities on every step, as the trainer's loader does
+    # = avsr.avhubert_base(**overrides); both modalities used on every step, as the trainer's loader does
+    runtime = EncoderRuntime(modality_dropout_by_loader=True)
+    model = AVHubertEncoder.from_yaml(config, runtime=runtime, **overrides).to(dev)
     model.train()
     params = sum(p.numel() for p in model.parameters())
     opt = make_adamw(model.parameters(), argparse.Namespace(lr=1e-4, betas=(0.9, 0.98), weight_decay=0.01))

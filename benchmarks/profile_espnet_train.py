@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     eargs = ASRTask.get_parser().parse_args(espnet_argv)
     ASRTask.check_required_command_args(eargs)
     resolve_distributed_mode(eargs)
+    if args.video_precision is not None:  # the encoder is built with it (its run-time switch)
+        precision = None if args.video_precision == "none" else args.video_precision
+        eargs.encoder_conf = {**(eargs.encoder_conf or {}), "video_precision": precision}
     torch.manual_seed(eargs.seed)
     dist = build_dataclass(DistributedOption, eargs)
     dist.init_options()
@@ -120,8 +123,6 @@ def main(argv: list[str] | None = None) -> None:
 
     scheduler = scheduler_classes[eargs.scheduler](optimizers[0], **eargs.scheduler_conf)
     iterator = iter(ASRTask.build_iter_factory(eargs, dist, mode="train").build_iter(1))
-    if args.video_precision is not None:
-        model.encoder.video_precision = None if args.video_precision == "none" else args.video_precision
     model.train()
 
     timer = _Timer()

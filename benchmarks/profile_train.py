@@ -41,7 +41,7 @@ from avsr.data.datadir import read_datadir  # noqa: E402
 from avsr.data.dataset import AVDataset  # noqa: E402
 from avsr.nn.precision import flush_denormal, machine_summary  # noqa: E402
 from avsr.train.config import load_experiment_config  # noqa: E402
-from avsr.train.experiment import ExperimentOptions, build_model  # noqa: E402
+from avsr.train.experiment import ExperimentOptions, build_model, encoder_runtime  # noqa: E402
 from avsr.train.trainer import Trainer, build_audio_augment, build_noise  # noqa: E402
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(cfg.seed)
     opts = ExperimentOptions(config=args.config, train_data=args.train_data, valid_data=args.train_data,
                              exp_dir=Path("/tmp"), bpemodel=args.bpemodel, phone_lexicon=args.phone_lexicon)
-    try:  # the model, tokenizer and phone lexicon as avsr.bin.train builds them
-        setup = build_model(opts, experiment.model)
+    try:  # the model, tokenizer and phone lexicon as avsr.bin.train builds them (on the CPU)
+        setup = build_model(opts, experiment.model, runtime=encoder_runtime(cfg, experiment.model, "cpu"))
     except ConfigError as e:
         raise SystemExit(str(e)) from None
     model = setup.model

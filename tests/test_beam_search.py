@@ -17,9 +17,11 @@ from avsr.decode import (
     ctc_greedy_decode,
     load_decode_config,
 )
+from avsr.decode.searcher import Searcher
 from avsr.models import AVSRModel, label_smoothing_loss
 from avsr.models.config import ModelConfig
 from avsr.nn.decoder import TransformerDecoder
+from tests.decoding import decode
 
 BLANK = 0
 
@@ -400,10 +402,10 @@ def test_tiny_model_overfits_two_utterances_and_decodes_them():
         loss.backward()
         opt.step()
     assert float(stats["acc"]) == 1.0
-    assert model.decode(audio, None, lens, DecodeConfig(beam_size=3, ctc_weight=0.3)) == targets
-    assert model.training  # decode restores the mode
-    assert model.decode(audio, None, lens, beam_size=2, ctc_weight=1.0) == targets
-    assert model.decode(audio, None, lens, beam_size=1, ctc_weight=0.0) == targets
+    assert decode(model, audio, None, lens, DecodeConfig(beam_size=3, ctc_weight=0.3)) == targets
+    assert model.training  # the search restores the mode
+    assert decode(model, audio, None, lens, beam_size=2, ctc_weight=1.0) == targets
+    assert decode(model, audio, None, lens, beam_size=1, ctc_weight=0.0) == targets
 
 
 def test_precomputed_video_features_decode_as_the_video_itself():
@@ -413,13 +415,13 @@ def test_precomputed_video_features_decode_as_the_video_itself():
     lens = torch.tensor([5, 4])
     cfg = DecodeConfig(beam_size=2, ctc_weight=0.3)
     audios = [torch.randn(2, 104, 5) for _ in range(2)]  # two noise conditions, the same video
-    expected = [model.decode(a, video, lens, cfg) for a in audios]
+    expected = [decode(model, a, video, lens, cfg) for a in audios]
     feats = model.encoder.encode_video(video, lens)  # (B, D, T)
     assert feats.shape == (2, model.encoder.output_size(), 5)
     repadded = feats.clone()
     repadded[1, :, 4:] = 0.0  # what the frames past an utterance's end hold does not matter
     for a, want in zip(audios, expected):
-        hyps, ctc_logp, enc_lens = model.decode_with_ctc(a, None, lens, cfg, video_features=repadded)
+        hyps, ctc_logp, enc_lens, _, _ = Searcher(model, cfg).decode(a, None, lens, video_features=repadded)
         assert [h[0].tokens for h in hyps] == want
         assert ctc_logp.shape == (2, 5, 9) and enc_lens.tolist() == [5, 4]
     enc, _ = model.encode(audios[0], video, lens)
@@ -658,8 +660,9 @@ def test_ctc_end_rules_are_checked_resolved_and_read_from_yaml(tmp_path):
 
 
 def test_model_with_a_looping_decoder_decodes_silence_as_nothing():
-    # the model's own path (AVSRModel.decode, default options): the CTC head says blank, the decoder never
-    # stops, and with more labels (28) than the beam (10) eos never makes the beam on its attention score
+    # the package's path (a Searcher with the model's default options): the CTC head says blank, the
+    # decoder never stops, and with more labels (28) than the beam (10) eos never makes the beam on its
+    # attention score
     torch.manual_seed(0)
     v = 30
     model = AVSRModel(_config(v, ctc_weight=0.3)).eval()
@@ -673,7 +676,7 @@ def test_model_with_a_looping_decoder_decodes_silence_as_nothing():
         model.ctc_lo.bias[BLANK] = 0.0
     model.decoder.output_projection = proj
     audio = torch.randn(2, 104, 75)  # 3 s
-    assert model.decode(audio, None, torch.tensor([75, 50])) == [[], []]
+    assert decode(model, audio, None, torch.tensor([75, 50])) == [[], []]
 
 class _PrefixDecoder:
     """A stand-in for the attention decoder of :func:`fairseq_beam_search`: the next token's probabilities are

@@ -27,8 +27,10 @@ from avsr.compat import (
 )
 from avsr.decode.config import DecodeConfig, FairseqConfig
 from avsr.encoder import AVHubertEncoder
+from avsr.inference.pretrained import AVHUBERT_S2S, checkpoint_decode_defaults
 from avsr.models.asr import AVSRModel
 from tests import fairseq_reference as ref
+from tests.decoding import decode, decode_nbest
 
 B, T, H = 3, 12, 16
 LENS = torch.tensor([12, 9, 7])
@@ -220,7 +222,7 @@ def test_old_sentencepiece_pickles_and_numpy_meters_are_read(tmp_path, monkeypat
 
 
 def _generate_both(model, sd, mcfg, pcfg, audio, video, pad, cfg: DecodeConfig):
-    ours = model.decode_nbest(audio, video, LENS, cfg)
+    ours = decode_nbest(model, audio, video, LENS, cfg)
     enc_ref = ref.ref_encoder(sd, pcfg, audio, video, pad, prefix="encoder.w2v_model.")
 
     def next_logprobs(b, prefix):
@@ -259,10 +261,10 @@ def test_fairseq_search_reproduces_the_original_generator(tmp_path, beam, lenpen
             assert h.score == pytest.approx(score, abs=1e-4) and h.att_score == pytest.approx(raw, abs=1e-4)
             lengths.add(len(h.tokens))
     assert len(lengths) > 1 or beam == 1  # the search really ended hypotheses at several lengths
-    # model.decode: the best hypotheses; a converted seq2seq model searches as fairseq by default
+    # the best hypotheses; a converted seq2seq model's checkpoint decodes as the original by default
     overrides = dict(beam_size=beam, lenpen=lenpen, max_len_a=cfg.max_len_a, max_len_b=1, unkpen=0.5)
-    assert model.default_decode_options()["search"] == "fairseq"
-    assert model.decode(audio, video, LENS, **overrides) == [list(w[0][0]) for w in want]
+    assert checkpoint_decode_defaults(model.config.to_dict()) == AVHUBERT_S2S
+    assert decode(model, audio, video, LENS, **overrides) == [list(w[0][0]) for w in want]
 
 
 def test_fairseq_search_requires_attention_only_and_checks_lengths(tmp_path):
@@ -273,7 +275,7 @@ def test_fairseq_search_requires_attention_only_and_checks_lengths(tmp_path):
     audio, video, _ = inputs()
     with pytest.raises(ValueError, match="min_len"):
         cfg = FairseqConfig(ctc_weight=0.0, max_len_b=0, min_len=1)
-        model.decode(audio, video, LENS, cfg)
+        decode(model, audio, video, LENS, cfg)
 
 
 # ------------------------------------------------------------------------------------------------- CTC
@@ -288,7 +290,8 @@ def test_ctc_checkpoint_gives_the_original_logits(tmp_path):
     want = ref.ref_encoder(sd, pcfg, audio, video, pad, prefix="w2v_encoder.w2v_model.")
     want = want @ sd["w2v_encoder.proj.weight"].t() + sd["w2v_encoder.proj.bias"]
     torch.testing.assert_close(ours[~pad], want[~pad], atol=1e-4, rtol=0)
-    hyps = model.decode(audio, video, LENS, DecodeConfig(ctc_weight=1.0, beam_size=2))
+    assert checkpoint_decode_defaults(model.config.to_dict()) == {"ctc_weight": 1.0}  # CTC-only: CTC search
+    hyps = decode(model, audio, video, LENS, DecodeConfig(ctc_weight=1.0, beam_size=2))
     assert all(ref.PAD not in h and 0 not in h for h in hyps)
 
 
@@ -350,7 +353,7 @@ def test_convert_cli_writes_checkpoint_and_yaml(tmp_path, capsys):
     a, b = AVSRModel.from_pretrained(src), AVSRModel.from_pretrained(tmp_path / "out" / "model.pt")
     audio, video, _ = inputs(5)
     cfg = FairseqConfig(ctc_weight=0.0, beam_size=3, max_len_a=0.05, max_len_b=2)
-    assert a.decode(audio, video, LENS, cfg) == b.decode(audio, video, LENS, cfg)
+    assert decode(a, audio, video, LENS, cfg) == decode(b, audio, video, LENS, cfg)
     assert AVSRModel.from_yaml(tmp_path / "out" / "model.yaml").decoder.position_offset == 2
     # a pretraining checkpoint converts to an encoder alone
     pt, *_ = pretrain_ckpt(tmp_path)
@@ -450,8 +453,8 @@ def test_decode_tool_takes_an_official_checkpoint_and_its_sentencepiece_model(tm
 
     model = AVSRModel.from_pretrained(ckpt, bpemodel=tmp_path / "sp.model")
     batch = collate([AVDataset(utts, None, modalities=["audio", "video"])[i] for i in range(2)])
-    ids = model.decode(batch["audio"], batch["video"], batch["lengths"],
-                       DecodeConfig.from_yaml(tmp_path / "dec.yaml"))
+    ids = decode(model, batch["audio"], batch["video"], batch["lengths"],
+                 DecodeConfig.from_yaml(tmp_path / "dec.yaml"))
     tok = FairseqTokenizer(tmp_path / "sp.model")
     want = [f"spk_u{i} {tok.decode(x).upper()}".strip() for i, x in enumerate(ids)]
     assert hyp == want

@@ -13,6 +13,7 @@ import pytest
 
 import avsr
 from avsr.config import ConfigError, from_dict, load_yaml, parse_yaml
+from avsr.decode.config import resolve_search_config
 
 
 def _config_classes() -> list[type]:
@@ -163,7 +164,6 @@ def test_a_mapping_is_required_where_a_section_is(tmp_path):
 
 def test_decode_fields_that_the_chosen_search_ignores_are_refused(tmp_path):
     from avsr.decode.config import DecodeConfig
-    from avsr.models.asr import AVSRModel
 
     path = tmp_path / "decode.yaml"
     path.write_text("search: fairseq\nctc_weight: 0.0\nbeam_size: 5\npenalty: 1.0\n")
@@ -174,14 +174,13 @@ def test_decode_fields_that_the_chosen_search_ignores_are_refused(tmp_path):
         DecodeConfig.from_yaml(path)
     path.write_text("beam_size: 5\nctc_scoring: full\n")
     assert DecodeConfig.from_yaml(path).ctc_scoring == "full"
-    encoder = {"encoder_layers": 1, "encoder_embed_dim": 16, "encoder_attention_heads": 2, "conv_pos": 4,
-               "conv_pos_groups": 4, "resnet_widths": [4, 4, 4, 4]}
-    decoder = {"decoder_layers": 1, "decoder_embed_dim": 16, "decoder_attention_heads": 2,
-               "decoder_ffn_embed_dim": 16}
-    model = AVSRModel.from_config({"vocab_size": 5, "encoder_conf": encoder, "decoder_conf": decoder})
     with pytest.raises(ConfigError, match="max_len_b is not used by search 'espnet'"):
-        model.search_config(DecodeConfig(), max_len_b=3)
-    assert model.search_config(DecodeConfig(), beam_size=3).beam_size == 3
+        resolve_search_config(DecodeConfig(), max_len_b=3)
+    assert resolve_search_config(DecodeConfig(), beam_size=3).beam_size == 3
+    assert resolve_search_config(None, {"beam_size": 4}).beam_size == 4  # the defaults under no config
+    assert resolve_search_config({"nbest": 2}, {"beam_size": 4}, beam_size=6) == DecodeConfig(beam_size=6,
+                                                                                               nbest=2)
+    assert resolve_search_config(DecodeConfig(), {"beam_size": 4}).beam_size == 10  # a config keeps its own
 
 
 @dataclasses.dataclass

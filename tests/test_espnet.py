@@ -19,7 +19,7 @@ from avsr.espnet.layout import crop_and_normalize, pack_frames, roi_side, unpack
 from avsr.features import avhubert_audio_features, crop_video, normalize_video
 from avsr.models.asr import AVSRModel
 from avsr.nn.modality import draw_modalities
-from avsr.nn.precision import flush_denormal
+from avsr.nn.precision import flush_denormal, resolve_precision
 from tests.test_compat import pretrain_ckpt
 from tests.test_data import make_utt
 
@@ -126,6 +126,7 @@ def test_training_draws_the_modality_before_cropping_so_audio_only_batches_skip_
                         lambda *a, **k: crops.append(1) or real_crop(*a, **k))
     enc = AVHubertESPnetEncoder(D, **{**TINY, "modality_dropout": 1.0, "audio_dropout": 0.0}).train()
     assert enc.avhubert.modality_dropout_by_loader  # the wrapper draws; the encoder does not draw again
+    assert enc.avhubert.runtime.modality_dropout_by_loader  # built so, not assigned
     calls = []
     enc.avhubert.feature_extractor_video.register_forward_hook(lambda *a: calls.append("video"))
     enc.avhubert.feature_extractor_audio.register_forward_hook(lambda *a: calls.append("audio"))
@@ -148,15 +149,26 @@ def test_video_precision_applies_in_training_only():
     seen = []
     enc = AVHubertESPnetEncoder(D, video_precision="bf16", **{**TINY, "modality_dropout": 0.0}).train()
     resnet = enc.avhubert.feature_extractor_video.resnet
-    resnet.register_forward_hook(lambda m, i, o: seen.append((m.precision, o.dtype)))
+    resnet.trunk.register_forward_hook(lambda m, i, o: seen.append(("trunk", o.dtype)))
+    resnet.register_forward_hook(lambda m, i, o: seen.append(("resnet", o.dtype)))
     hidden, _, _ = enc(xs, lens)
-    assert seen == [("bf16", torch.float32)] and hidden.dtype == torch.float32  # output in the input's dtype
+    # computed in bfloat16, the output in the input's dtype
+    assert seen == [("trunk", torch.bfloat16), ("resnet", torch.float32)] and hidden.dtype == torch.float32
     enc.eval()(xs, lens)
-    assert seen[1] == (None, torch.float32)  # inference: the caller's precision
-    enc = AVHubertESPnetEncoder(D, **TINY).train()
-    assert enc.video_precision == "auto"
+    assert seen[2:] == [("trunk", torch.float32), ("resnet", torch.float32)]  # inference: the caller's
+    # the wrapped encoder is built with the precision, in training only; nothing is assigned per forward
+    runtime = enc.avhubert.runtime
+    assert (runtime.video_precision, runtime.video_precision_in_eval) == ("bf16", False)
+    with pytest.raises(AttributeError):
+        enc.video_precision = "fp32"
+    enc = AVHubertESPnetEncoder(D, **{**TINY, "modality_dropout": 0.0}).train()
+    assert enc.video_precision == enc.avhubert.video_precision == "auto"
+    dtypes = []
+    enc.avhubert.feature_extractor_video.resnet.trunk.register_forward_hook(
+        lambda m, i, o: dtypes.append(o.dtype))
     enc(xs, lens)
-    assert enc.avhubert.video_precision in ("bf16", "fp32")  # auto, resolved for the CPU
+    auto = resolve_precision("auto", "cpu", "video_precision")  # auto, resolved for the CPU
+    assert dtypes == [torch.bfloat16 if auto == "bf16" else torch.float32]
     assert AVHubertESPnetEncoder(D, video_precision=None, **TINY).train().video_precision is None
     with pytest.raises(ConfigError, match="video_precision"):
         AVHubertESPnetEncoder(D, video_precision="fp16", **TINY)

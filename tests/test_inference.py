@@ -24,6 +24,7 @@ from avsr.data.tokenizer import Tokenizer, train_sentencepiece
 from avsr.decode.config import DecodeConfig
 from avsr.inference import InferenceError, TranscribeItem, Transcriber
 from avsr.models.asr import AVSRModel
+from tests.decoding import decode
 
 CONFIG = {
     "encoder_conf": {
@@ -111,7 +112,7 @@ def test_batched_decoding_gives_the_single_utterance_transcripts(env):
     for i, (v, a) in enumerate(env["utts"]):
         audio[i, :, : lens[i]] = avhubert_audio_features(read_wav(a), num_video_frames=int(lens[i])).T
         video[i, 0, : lens[i]] = normalize_video(crop_video(read_video(v)))
-    direct = env["models"][0].decode(audio, video, lens, DecodeConfig(**DECODE))
+    direct = decode(env["models"][0], audio, video, lens, DecodeConfig(**DECODE))
     assert [r.tokens for r in batch] == direct
 
 

@@ -15,12 +15,13 @@ Compiled float32 code changes only the order of float operations: 1e-4 relative.
 """
 
 import copy
+import dataclasses
 
 import pytest
 import torch
 
 from avsr.config import ConfigError
-from avsr.encoder import AVHubertEncoder
+from avsr.encoder import AVHubertEncoder, EncoderRuntime
 from avsr.memory import keep_freed_memory
 from avsr.models.asr import AVSRModel
 from avsr.nn.precision import (
@@ -34,6 +35,7 @@ from avsr.nn.precision import (
 from avsr.nn.resnet import PReLU, batch_norm_act
 from avsr.train.config import TrainConfig, load_experiment_config
 from avsr.train.trainer import compile_model
+from tests.decoding import decode_nbest
 
 ENC = dict(encoder_layers=1, encoder_embed_dim=16, encoder_ffn_embed_dim=32, encoder_attention_heads=2,
            conv_pos=4, conv_pos_groups=2, resnet_widths=[4, 4, 8, 8], dropout=0.0, dropout_input=0.0,
@@ -99,8 +101,8 @@ def test_precision_names_and_contexts():
 @pytest.mark.parametrize("channels_last", [None, False])
 def test_encoder_under_a_callers_autocast(channels_last):
     torch.manual_seed(0)
-    enc = AVHubertEncoder(**ENC)
-    enc.channels_last = channels_last  # None: channels-last under bf16 autocast (the default)
+    # None: channels-last under bf16 autocast (the default)
+    enc = AVHubertEncoder(runtime=EncoderRuntime(channels_last=channels_last), **ENC)
     audio, video, lengths, _, _ = batch()
     xs = {"audio": audio, "video": video}
     resnet = enc.feature_extractor_video.resnet
@@ -129,13 +131,16 @@ def test_encoder_under_a_callers_autocast(channels_last):
 
 def test_channels_last_video_front_end_and_checkpointing_keep_the_values():
     torch.manual_seed(0)
-    enc = AVHubertEncoder(**{**ENC, "dropout": 0.1, "attention_dropout": 0.1})  # dropout: RNG replayed
+    conf = {**ENC, "dropout": 0.1, "attention_dropout": 0.1}  # dropout: RNG replayed
+    base = AVHubertEncoder(**conf)
     audio, video, lengths, _, _ = batch()
     xs = {"audio": audio, "video": video}
     results = []
     for channels_last, checkpoint in [(False, False), (True, False), (False, True)]:
-        enc.channels_last, enc.checkpoint_activations = channels_last, checkpoint
-        enc.zero_grad(set_to_none=True)
+        runtime = EncoderRuntime(channels_last=channels_last, checkpoint_activations=checkpoint)
+        enc = AVHubertEncoder(runtime=runtime, **conf)  # the same weights, another way of computing
+        enc.load_state_dict(base.state_dict())
+        assert (enc.channels_last, enc.checkpoint_activations) == (channels_last, checkpoint)
         torch.manual_seed(1)
         hidden, _, _ = enc(xs, lengths)
         hidden.pow(2).sum().backward()
@@ -275,9 +280,12 @@ class _RoundBF16(torch.autograd.Function):
 def bf16_rounding_model(model: AVSRModel) -> AVSRModel:
     """A copy of ``model`` whose video ResNet computes in float32 but rounds, as any bfloat16 kernel must, the
     weights, each convolution's and linear layer's input and output, and the gradients through them."""
-    model = copy.deepcopy(model)
+    runtime = dataclasses.replace(model.encoder.runtime, channels_last=False)
+    with torch.random.fork_rng(devices=[]):  # built without drawing from the caller's generator
+        rounding = AVSRModel(model.config, runtime=runtime)
+    rounding.load_state_dict(model.state_dict())
+    model = rounding
     resnet = model.encoder.feature_extractor_video.resnet
-    resnet.channels_last = False
     with torch.no_grad():
         for p in resnet.parameters():
             p.copy_(p.bfloat16().float())
@@ -433,15 +441,21 @@ def test_video_precision_runs_the_resnet_alone_in_bf16():
     transformer) in float32; output and gradients float32 and close to float32 throughout; fp32 switches a
     caller's bf16 autocast off for the ResNet alone."""
     torch.manual_seed(0)
-    enc = AVHubertEncoder(**ENC)
-    ref_enc = copy.deepcopy(enc)
+    ref_enc = AVHubertEncoder(**ENC)
+    assert ref_enc.video_precision is None
+
+    def built_with(precision: str) -> AVHubertEncoder:  # the weights of ref_enc, the ResNet in precision
+        enc = AVHubertEncoder(runtime=EncoderRuntime(video_precision=precision), **ENC)
+        enc.load_state_dict(ref_enc.state_dict())
+        for m in (enc.feature_extractor_video.resnet.trunk, enc.feature_extractor_video.proj):
+            m.register_forward_hook(lambda m, i, o: seen.append((type(m).__name__, o.dtype)))
+        return enc
+
     audio, video, lengths, _, _ = batch()
     xs = {"audio": audio, "video": video}
     seen = []
-    hooks = [m.register_forward_hook(lambda m, i, o: seen.append((type(m).__name__, o.dtype)))
-             for m in (enc.feature_extractor_video.resnet.trunk, enc.feature_extractor_video.proj)]
-    assert enc.video_precision is None
-    enc.video_precision = "bf16"
+    enc = built_with("bf16")
+    assert enc.video_precision == "bf16"
     torch.manual_seed(1)  # the same dropout draws in both runs
     out, _, _ = enc(xs, lengths)
     assert seen == [("ResNetTrunk", torch.bfloat16), ("Linear", torch.float32)] and out.dtype == torch.float32
@@ -458,14 +472,75 @@ def test_video_precision_runs_the_resnet_alone_in_bf16():
     flat = [torch.cat([g[k].flatten() for k in rest]) for g in (grads, ref_grads)]
     assert rel(*flat) < 5e-2
     seen.clear()
-    enc.video_precision = "fp32"
+    enc = built_with("fp32")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         enc(xs, lengths)
     assert seen == [("ResNetTrunk", torch.float32), ("Linear", torch.bfloat16)]
-    with pytest.raises(ValueError, match=r"precision must be one of \['auto', 'fp32', 'bf16'\], got 'fp16'"):
-        enc.video_precision = "fp16"
-    for h in hooks:
-        h.remove()
+    with pytest.raises(ValueError, match=r"video_precision must be one of \['auto', 'fp32', 'bf16'\], got "
+                                         r"'fp16'"):
+        EncoderRuntime(video_precision="fp16")
+
+
+def test_run_time_switches_are_given_at_construction_and_read_only(tmp_path):
+    """EncoderRuntime reaches the parts when the encoder is built (from_yaml and from_checkpoint too);
+    afterwards the switches read back but cannot be assigned, on the encoder nor on its ResNet."""
+    runtime = EncoderRuntime(checkpoint_activations=True, video_precision="bf16", channels_last=False,
+                             modality_dropout_by_loader=True)
+    enc = AVHubertEncoder(runtime=runtime, **ENC)
+    resnet = enc.feature_extractor_video.resnet
+    assert enc.runtime is runtime and enc.encoder.checkpoint_activations
+    switches = (enc.checkpoint_activations, enc.video_precision, enc.channels_last,
+                enc.modality_dropout_by_loader)
+    assert switches == (True, "bf16", False, True)
+    assert (resnet.precision, resnet.channels_last, resnet.precision_in_eval) == ("bf16", False, True)
+    for name, value in (("checkpoint_activations", False), ("video_precision", None), ("channels_last", True),
+                        ("modality_dropout_by_loader", False), ("runtime", EncoderRuntime())):
+        with pytest.raises(AttributeError):
+            setattr(enc, name, value)
+    for name, value in (("precision", None), ("channels_last", True), ("precision_in_eval", False)):
+        with pytest.raises(AttributeError):
+            setattr(resnet, name, value)
+    assert enc.runtime == runtime and enc.checkpoint_activations and resnet.precision == "bf16"
+    assert AVHubertEncoder(**ENC).runtime == EncoderRuntime()  # the defaults
+    with pytest.raises(ValueError, match="video_precision must be one of"):
+        EncoderRuntime(video_precision="fp16")
+    with pytest.raises(TypeError, match="checkpoint_activations must be a bool"):
+        EncoderRuntime(checkpoint_activations=1)
+    with pytest.raises(TypeError, match="runtime must be an EncoderRuntime"):
+        AVHubertEncoder(runtime={"checkpoint_activations": True}, **ENC)
+    with pytest.raises(ConfigError, match="runtime= is for the encoder built from encoder_conf"):
+        AVSRModel({"vocab_size": 10}, encoder=enc, runtime=runtime)
+    # the ways of building an encoder take the runtime too
+    (tmp_path / "m.yaml").write_text("encoder_conf: {encoder_layers: 1, encoder_embed_dim: 16, "
+                                     "encoder_ffn_embed_dim: 32, encoder_attention_heads: 2, conv_pos: 4, "
+                                     "conv_pos_groups: 2, resnet_widths: [4, 4, 8, 8]}\n")
+    assert AVHubertEncoder.from_yaml(tmp_path / "m.yaml", runtime=runtime).runtime is runtime
+    config = {"vocab_size": 10, "encoder_conf": ENC, "decoder_conf": DEC}
+    model = AVSRModel.from_config(config, runtime=runtime)
+    assert model.encoder.runtime is runtime
+    torch.save({"model": model.state_dict(), "model_config": model.config.to_dict()}, tmp_path / "m.pt")
+    loaded = AVHubertEncoder.from_pretrained(tmp_path / "m.pt", runtime=runtime)
+    assert loaded.runtime is runtime and not loaded.training
+    assert AVHubertEncoder.from_pretrained(tmp_path / "m.pt").runtime == EncoderRuntime()
+
+
+def test_video_precision_auto_and_in_training_only():
+    """auto: resolved for the input's device at the forward pass; video_precision_in_eval False: the
+    precision in training mode only, the caller's in eval mode."""
+    expected = torch.bfloat16 if resolve_precision("auto", "cpu") == "bf16" else torch.float32
+    seen = []
+    runtime = EncoderRuntime(video_precision="auto", video_precision_in_eval=False)
+    enc = AVHubertEncoder(runtime=runtime, **ENC)
+    enc.feature_extractor_video.resnet.trunk.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    audio, video, lengths, _, _ = batch()
+    out, _, _ = enc.train()({"audio": audio, "video": video}, lengths)
+    assert seen == [expected] and out.dtype == torch.float32
+    with torch.no_grad():
+        enc.eval()({"audio": audio, "video": video}, lengths)
+        assert seen[1] == torch.float32  # eval: the caller's precision
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            enc({"audio": audio, "video": video}, lengths)
+        assert seen[2] == torch.bfloat16
 
 
 def test_decoding_under_bf16_autocast_keeps_scores_float32():
@@ -476,7 +551,7 @@ def test_decoding_under_bf16_autocast_keeps_scores_float32():
     with autocast_context("cpu", "bf16"):
         enc16, _ = model.encode(audio, video, lengths)
         logp = model.ctc_log_probs(enc16)
-        hyps = model.decode_nbest(audio, video, lengths, beam_size=3, maxlenratio=-3.0)
+        hyps = decode_nbest(model, audio, video, lengths, beam_size=3, maxlenratio=-3.0)
     assert enc16.dtype == torch.float32 and rel(enc16, enc) < 3e-2  # encode() hands back float32
     assert logp.dtype == torch.float32 and torch.allclose(logp.exp().sum(-1), torch.ones(()), atol=1e-5)
     assert len(hyps) == 3 and all(h and isinstance(h[0].score, float) for h in hyps)

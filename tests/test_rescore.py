@@ -12,7 +12,9 @@ from avsr.decode.config import searched_views
 from avsr.decode.hypothesis import Hypothesis
 from avsr.decode.rescore import rescore_with_views, sequence_scores
 from avsr.decode.searcher import Searcher
+from avsr.inference.pretrained import checkpoint_decode_defaults
 from avsr.models import AVSRModel
+from tests.decoding import searcher
 from tests.test_beam_search import TINY_DECODER, TINY_ENCODER
 
 HW = 16
@@ -134,7 +136,7 @@ def test_audio_visual_hypotheses_are_ranked_by_the_fused_score_plus_the_weighted
     audio, video = _inputs()
     cfg = _config(nbest=4, video_weight=wv, audio_weight=wa)
     with torch.no_grad():
-        hyps, ctc_logp, enc_lens = model.decode_with_ctc(audio, video, LENS, cfg)
+        hyps, ctc_logp, enc_lens, _, _ = searcher(model, cfg).decode(audio, video, LENS)
         encs, (av, v, _), (s_av, s_v, s_a), gate = _views(model, audio, video, enc_lens)
         torch.testing.assert_close(ctc_logp, model.ctc_log_probs(encs[0]))  # word timings: the fused view's
         for u in range(3):
@@ -164,7 +166,7 @@ def test_the_audio_confidence_check_adds_the_audio_search_and_scales_its_weight(
     wv, wa = 1.0, 3.0
     cfg = _config(nbest=4, video_weight=wv, audio_weight=wa, audio_confidence=confidence)
     with torch.no_grad():
-        hyps, _, enc_lens = model.decode_with_ctc(audio, video, LENS, cfg)
+        hyps, _, enc_lens, _, _ = searcher(model, cfg).decode(audio, video, LENS)
         _, searches, (s_av, s_v, s_a), gate = _views(model, audio, video, enc_lens)
         for u in range(3):
             best_a = searches[2][u][0]
@@ -194,53 +196,56 @@ def test_no_weight_a_single_stream_or_a_closed_gate_leave_the_fused_search_alone
         enc, lens = model.encode(audio, video, LENS)
         plain = Searcher(model, _config()).search(enc, lens, config=_config())
         none = _config(video_weight=0.0, audio_weight=0.0)
-        assert model.decode_with_ctc(audio, video, LENS, none)[0] == plain
+        assert searcher(model, none).decode(audio, video, LENS)[0] == plain
         for a, v in ((audio, None), (None, video)):  # one stream: one view, nothing to rescore
             enc1, _ = model.encode(a, v, LENS)
-            assert model.decode_with_ctc(a, v, LENS, _config(video_weight=3.0, audio_weight=1.0))[0] == \
+            assert searcher(model, _config(video_weight=3.0, audio_weight=1.0)).decode(a, v, LENS)[0] == \
                 Searcher(model, _config()).search(enc1, lens, config=_config())
         model.encoder.audio_gate.proj.weight.zero_()
         model.encoder.audio_gate.proj.bias.fill_(-60.0)  # closed: the single views get no weight
         enc, lens = model.encode(audio, video, LENS)
         strong = _config(video_weight=5.0, audio_weight=5.0, nbest=2)
-        joint = model.decode_with_ctc(audio, video, LENS, strong)[0]
+        joint = searcher(model, strong).decode(audio, video, LENS)[0]
         fused = _scorer(model, enc, lens)
         for u in range(3):
             _, _, s = fused([h.tokens for h in joint[u]], torch.full((len(joint[u]),), u))
             torch.testing.assert_close(torch.tensor([h.score for h in joint[u]]), s)
 
 
-def test_the_default_weights_come_from_the_model_configuration_and_need_an_audio_gate():
+def test_the_default_weights_come_from_the_checkpoint_decode_section_and_need_an_audio_gate():
     tuned = {"video_weight": 2.5, "audio_weight": 0.75}
     gated, plain = _model(decode_defaults=tuned), _model(gate=False)
-    assert Searcher(gated, DecodeConfig()).view_weights == (2.5, 0.75, 0)
-    assert Searcher(_model(), DecodeConfig()).view_weights == (0, 0, 0)  # nothing tuned: one search
-    assert Searcher(plain, DecodeConfig()).view_weights == (0, 0, 0)
-    assert Searcher(gated, DecodeConfig(video_weight=0.25)).view_weights == (0.25, 0.75, 0)
-    assert Searcher(gated, DecodeConfig(audio_weight=0.0)).view_weights == (2.5, 0.0, 0)
+    assert searcher(gated, DecodeConfig()).view_weights == (2.5, 0.75, 0)
+    assert searcher(_model(), DecodeConfig()).view_weights == (0, 0, 0)  # nothing tuned: one search
+    assert searcher(plain, DecodeConfig()).view_weights == (0, 0, 0)
+    assert searcher(gated, DecodeConfig(video_weight=0.25)).view_weights == (0.25, 0.75, 0)
+    assert searcher(gated, DecodeConfig(audio_weight=0.0)).view_weights == (2.5, 0.0, 0)
     confident = _model(decode_defaults={**tuned, "audio_confidence": 2.0})
-    assert Searcher(confident, DecodeConfig()).view_weights == (2.5, 0.75, 2.0)
-    assert Searcher(confident, DecodeConfig(audio_confidence=0.0)).view_weights == (2.5, 0.75, 0.0)
+    assert searcher(confident, DecodeConfig()).view_weights == (2.5, 0.75, 2.0)
+    assert searcher(confident, DecodeConfig(audio_confidence=0.0)).view_weights == (2.5, 0.75, 0.0)
     # the views searched besides the fused input: video with a weight, audio with the confidence check
     assert searched_views((2.5, 0.75, 2.0)) == ("video", "audio")
     assert searched_views((2.5, 0.75, 0.0)) == searched_views((2.5, 0.0, 2.0)) == ("video",)
     assert searched_views((0.0, 0.75, 2.0)) == ("audio",) and searched_views((0.0, 0.0, 0.0)) == ()
-    assert gated.search_config().video_weight == 2.5  # no config given: the model's defaults
+    assert searcher(gated).config.video_weight == 2.5  # no config given: the checkpoint's decode section
+    assert Searcher(gated, DecodeConfig()).view_weights == (0, 0, 0)  # the model itself holds no defaults
+    assert not hasattr(gated, "decode_defaults") and not hasattr(gated, "decode")
     fairseq_like = _model(decode_defaults=None)
-    assert Searcher(fairseq_like, FairseqConfig()).view_weights == (0.0, 0.0, 0.0)
+    assert searcher(fairseq_like, FairseqConfig()).view_weights == (0.0, 0.0, 0.0)
     with pytest.raises(ConfigError, match="decode_defaults: unknown config key .vido_weight."):
         _model(decode_defaults={"vido_weight": 1.0})
     # the defaults travel in the model configuration, so in every checkpoint's model_config
-    assert AVSRModel.from_config({**_config_dict(), "decode_defaults": tuned}).decode_defaults == tuned
+    model = AVSRModel.from_config({**_config_dict(), "decode_defaults": tuned})
+    assert checkpoint_decode_defaults(model.config.to_dict()) == tuned
     audio, video = _inputs()
     with torch.no_grad():  # without a gate the default is the single search of the original
         enc, lens = plain.encode(audio, video, LENS)
-        assert plain.decode_with_ctc(audio, video, LENS, _config())[0] == \
+        assert searcher(plain, _config()).decode(audio, video, LENS)[0] == \
             Searcher(plain, _config()).search(enc, lens)
     with pytest.raises(ValueError, match="video_weight 1 needs a model with an audio gate"):
-        plain.decode_with_ctc(audio, video, LENS, _config(video_weight=1.0))
+        searcher(plain, _config(video_weight=1.0))
     with pytest.raises(ValueError, match="audio_weight 0.5 needs a model with an audio gate"):
-        plain.decode_with_ctc(audio, video, LENS, _config(audio_weight=0.5))
+        searcher(plain, _config(audio_weight=0.5))
 
 
 def _config_dict() -> dict:

@@ -14,9 +14,12 @@ from avsr.data.dataset import AVDataset, ModalityBatchSampler, NoiseConfig, coll
 from avsr.data.media import read_wav, write_wav
 from avsr.data.noise import NoiseSource
 from avsr.data.tokenizer import Tokenizer, train_sentencepiece
+from avsr.encoder import AVHubertEncoder, EncoderRuntime
 from avsr.models.asr import AVSRModel
+from avsr.models.config import ModelConfig
 from avsr.nn.precision import native_bf16, resolve_precision
 from avsr.train.config import load_experiment_config
+from avsr.train.experiment import encoder_runtime
 from avsr.train.trainer import (
     TrainConfig,
     Trainer,
@@ -49,12 +52,19 @@ def setup(tmp_path_factory):
     return tok, utts
 
 
+def training_model(config: dict, cfg: TrainConfig) -> AVSRModel:
+    """The model of ``config`` with the encoder's run-time switches of ``cfg`` on the CPU, as
+    ``setup_experiment`` builds it (the trainer refuses an encoder built otherwise)."""
+    runtime = encoder_runtime(cfg, ModelConfig.from_mapping(config), "cpu")
+    return AVSRModel.from_config(config, runtime=runtime)
+
+
 def make_trainer(tok, utts, exp_dir, max_epoch, **settings):
-    torch.manual_seed(0)
-    config = {"vocab_size": tok.vocab_size, **MODEL}
-    model = AVSRModel.from_config(config)
     cfg = TrainConfig(max_epoch=max_epoch, batch_frames=40, warmup_steps=2, lr=1e-3, log_interval=1,
                       **settings)
+    torch.manual_seed(0)
+    config = {"vocab_size": tok.vocab_size, **MODEL}
+    model = training_model(config, cfg)
     return Trainer(model, config, AVDataset(utts, tok, train=True), AVDataset(utts[:2], tok), cfg, exp_dir)
 
 
@@ -87,7 +97,10 @@ def test_the_checkpoint_records_the_middle_half_of_the_silent_edges_of_the_train
         edged.append(dataclasses.replace(u, wav=str(tmp_path / f"e{i}.wav")))
     trainer = make_trainer(tok, edged + utts[5:], tmp_path / "exp", max_epoch=1)  # the rest: no silence
     assert trainer.data_stats["edge_frames"] == [[2, 4], [1, 3]]  # first and third quartiles
-    video_only = Trainer(trainer.model, trainer.model_config, AVDataset(utts, tok, modalities=("video",)),
+    # a video-only training set: an encoder that draws its modality dropout itself (the loader cannot)
+    runtime = dataclasses.replace(trainer.model.encoder.runtime, modality_dropout_by_loader=False)
+    model = AVSRModel.from_config(trainer.model_config, runtime=runtime)
+    video_only = Trainer(model, trainer.model_config, AVDataset(utts, tok, modalities=("video",)),
                          AVDataset(utts[:2], tok, modalities=("video",)), trainer.cfg, tmp_path / "v")
     assert "edge_frames" not in video_only.data_stats
 
@@ -214,17 +227,45 @@ def test_modality_dropout_is_drawn_by_the_loader_and_not_again_by_the_encoder(se
                else "audio" if b["audio"] is not None else "video" for b in trainer.loader]
         assert got == drawn
     # an audio-visual batch from the loader reaches both front-ends even when the encoder would drop one
-    encoder.train()
-    encoder.config.modality_dropout, encoder.config.audio_dropout = 1.0, 1.0
+    always = dataclasses.replace(encoder.config, modality_dropout=1.0, audio_dropout=1.0)  # audio dropped
     batch = collate([trainer.train_set[(i, "audiovisual")] for i in range(2)])
-    hidden, _, _ = encoder({"audio": batch["audio"], "video": batch["video"]}, batch["lengths"])
-    hidden.sum().backward()
-    assert encoder.feature_extractor_audio.proj.weight.grad is not None
-    encoder.zero_grad(set_to_none=True)
-    encoder.modality_dropout_by_loader = False  # the encoder's own draw: audio dropped
-    hidden, _, _ = encoder({"audio": batch["audio"], "video": batch["video"]}, batch["lengths"])
-    hidden.sum().backward()
-    assert encoder.feature_extractor_audio.proj.weight.grad is None
+    for by_loader, audio_grad in ((True, True), (False, False)):  # False: the encoder's own draw
+        enc = AVHubertEncoder(always, runtime=EncoderRuntime(modality_dropout_by_loader=by_loader)).train()
+        enc.load_state_dict(encoder.state_dict())
+        hidden, _, _ = enc({"audio": batch["audio"], "video": batch["video"]}, batch["lengths"])
+        hidden.sum().backward()
+        assert (enc.feature_extractor_audio.proj.weight.grad is not None) == audio_grad
+    # an encoder built to draw itself: no sampler for the loader (it would draw twice), the encoder unchanged
+    with pytest.raises(ValueError, match=r"draws its modality dropout itself.*by_loader=True"):
+        enc.modality_batch_sampler(trainer.sampler.batch_sampler)
+    assert not enc.modality_dropout_by_loader and enc.runtime == EncoderRuntime()
+    nothing = AVHubertEncoder(dataclasses.replace(always, modality_dropout=0.0),
+                              runtime=EncoderRuntime(modality_dropout_by_loader=True))
+    with pytest.raises(ValueError, match="modality_dropout is 0"):
+        nothing.modality_batch_sampler(trainer.sampler.batch_sampler)
+    with pytest.raises(AttributeError):
+        encoder.modality_dropout_by_loader = False
+
+
+def test_the_encoder_draws_its_modality_dropout_unless_built_for_the_loader(setup, tmp_path):
+    """A model whose encoder draws itself trains on plain length buckets (its forward draws); one built for
+    the loader's draw needs a training set that loads both modalities: refused otherwise, not ignored."""
+    tok, utts = setup
+    cfg = TrainConfig(max_epoch=1, batch_frames=40, warmup_steps=2, log_interval=1)
+    config = {"vocab_size": tok.vocab_size, **MODEL}
+    runtime = encoder_runtime(cfg, ModelConfig.from_mapping(config), "cpu")
+    assert runtime.modality_dropout_by_loader  # modality_dropout 0.5
+    itself = dataclasses.replace(runtime, modality_dropout_by_loader=False)
+    own = AVSRModel.from_config(config, runtime=itself)
+    trainer = Trainer(own, config, AVDataset(utts, tok, train=True), AVDataset(utts[:2], tok), cfg,
+                      tmp_path / "own")
+    assert not isinstance(trainer.sampler, ModalityBatchSampler)
+    assert not own.encoder.modality_dropout_by_loader
+    for modalities in (("audio",), ("video",)):
+        with pytest.raises(ConfigError, match=rf"loads only \['{modalities[0]}'\].*cannot drop a modality"):
+            Trainer(AVSRModel.from_config(config, runtime=runtime), config,
+                    AVDataset(utts, tok, train=True, modalities=modalities),
+                    AVDataset(utts[:2], tok, modalities=modalities), cfg, tmp_path / modalities[0])
 
 
 def test_av_mismatch_prob_from_the_train_config_needs_loader_drawn_modality_dropout(setup, tmp_path):
@@ -330,7 +371,7 @@ def test_trainer_flushes_subnormals_only_when_configured(setup, tmp_path):
     assert float(torch.tensor([1e-39]) * 1.0) == 0.0
 
 
-def test_trainer_sets_the_video_precision_of_the_encoder(setup, tmp_path):
+def test_the_encoder_is_built_with_the_video_precision_of_the_training_config(setup, tmp_path):
     tok, utts = setup
     # default auto: resolved for this CPU; null: as the rest of the model (None on the encoder)
     auto = resolve_precision("auto", "cpu")  # bf16 where native, else fp32
@@ -342,6 +383,38 @@ def test_trainer_sets_the_video_precision_of_the_encoder(setup, tmp_path):
     assert trainer.model.encoder.feature_extractor_video.resnet.precision == "bf16"
     trainer.train_epoch()  # float32 training with a bfloat16 ResNet: finite statistics
     assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+
+
+def test_the_trainer_refuses_an_encoder_built_with_other_run_time_switches(setup, tmp_path):
+    """The trainer assigns nothing to the encoder: one whose checkpoint_activations or video_precision
+    disagree with the training config is refused, the setting named (an unresolved auto that resolves to the
+    config's precision is the same)."""
+    tok, utts = setup
+    cfg = TrainConfig(max_epoch=1, batch_frames=40, warmup_steps=2, log_interval=1, video_precision="fp32")
+    config = {"vocab_size": tok.vocab_size, **MODEL}
+    runtime = encoder_runtime(cfg, ModelConfig.from_mapping(config), "cpu")
+    assert runtime == EncoderRuntime(video_precision="fp32", modality_dropout_by_loader=True)
+
+    def trainer(runtime, cfg=cfg):
+        return Trainer(AVSRModel.from_config(config, runtime=runtime), config,
+                       AVDataset(utts, tok, train=True), AVDataset(utts[:2], tok), cfg, tmp_path)
+
+    for other, match in (
+        (dict(checkpoint_activations=True), r"checkpoint_activations: the training config says False"),
+        (dict(video_precision=None), r"video_precision: the training config says 'fp32'.*built with None"),
+        (dict(video_precision="bf16"), r"video_precision: .*built with 'bf16'"),
+        (dict(video_precision_in_eval=False), r"video_precision: .*built with 'fp32' in training only"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            trainer(dataclasses.replace(runtime, **other))
+    with pytest.raises(ConfigError, match="video_precision"):
+        trainer(None)  # the encoder's defaults: the caller's precision, not the config's
+    auto = dataclasses.replace(cfg, video_precision="auto")
+    assert trainer(dataclasses.replace(runtime, video_precision="auto"), auto).video_precision == \
+        resolve_precision("auto", "cpu")
+    ckpt = dataclasses.replace(cfg, checkpoint_activations=True)
+    assert trainer(dataclasses.replace(runtime, checkpoint_activations=True), ckpt).model.encoder.encoder \
+        .checkpoint_activations
 
 
 def test_av_batch_views_sum_the_losses_of_each_view_from_one_video_front_end_run(setup, monkeypatch):
@@ -418,10 +491,10 @@ def test_audiovisual_clean_view_scores_the_fused_input_with_the_clean_audio(setu
         noise = NoiseConfig(NoiseSource(tmp_path / "n.wav"), prob=1.0, snr_db=[0.0])
         cfg = TrainConfig(max_epoch=1, batch_frames=40, warmup_steps=2, log_interval=1)
         with pytest.raises(ConfigError, match="audiovisual_clean needs a training set that keeps"):
-            Trainer(AVSRModel.from_config(config), config, AVDataset(utts, tok, train=True, noise=noise),
+            Trainer(training_model(config, cfg), config, AVDataset(utts, tok, train=True, noise=noise),
                     AVDataset(utts[:2], tok), cfg, tmp_path / "unkept")
         train_set = AVDataset(utts, tok, train=True, noise=noise, keep_clean_audio=True)
-        trainer = Trainer(AVSRModel.from_config(config), config, train_set, AVDataset(utts[:2], tok), cfg,
+        trainer = Trainer(training_model(config, cfg), config, train_set, AVDataset(utts[:2], tok), cfg,
                           tmp_path / "clean")
         assert trainer.loader.dataset.keep_clean_audio and trainer.model.batch_keys[-1] == "audio_clean"
         seen = []
@@ -521,3 +594,35 @@ def test_the_training_set_is_built_keeping_the_clean_audio_when_the_model_asks_f
         model = AVSRModel.from_config(config)
         train_set, valid_set = build_datasets(opts, TrainConfig(batch_frames=1000), ModelSetup(model, tok))
         assert train_set.keep_clean_audio is kept and not valid_set.keep_clean_audio
+
+
+def test_setup_experiment_builds_the_encoder_with_the_training_settings(setup, tmp_path):
+    """avsr-train's setup: the encoder comes built with the training config's checkpoint_activations and
+    video_precision (resolved for the device, in validation too) and, with modality dropout, for the loader's
+    draw; building those switches draws nothing from torch's generator (the weights are the seed's)."""
+    import yaml
+
+    from avsr.data.datadir import write_datadir
+    from avsr.train.experiment import ExperimentOptions, setup_experiment
+
+    tok, utts = setup
+    write_datadir(tmp_path / "data", utts)
+    base = {**MODEL, "max_epoch": 1, "batch_frames": 40, "warmup_steps": 2, "log_interval": 1, "seed": 3}
+    no_dropout = {**MODEL["encoder_conf"], "modality_dropout": 0.0}
+    cases = [({"checkpoint_activations": True, "video_precision": "fp32"}, (True, "fp32", True)),
+             ({}, (False, resolve_precision("auto", "cpu"), True)),  # the defaults: auto, no checkpointing
+             ({"video_precision": None, "encoder_conf": no_dropout}, (False, None, False))]
+    for i, (settings, expected) in enumerate(cases):
+        (tmp_path / f"t{i}.yaml").write_text(yaml.safe_dump({**base, **settings}))
+        opts = ExperimentOptions(config=tmp_path / f"t{i}.yaml", train_data=tmp_path / "data",
+                                 valid_data=tmp_path / "data", exp_dir=tmp_path / f"exp{i}",
+                                 bpemodel=tok.model_path)
+        trainer = setup_experiment(opts)
+        enc = trainer.model.encoder
+        assert (enc.checkpoint_activations, enc.video_precision, enc.modality_dropout_by_loader) == expected
+        assert enc.runtime.video_precision_in_eval and trainer.video_precision == expected[1]
+        assert isinstance(trainer.sampler, ModalityBatchSampler) == expected[2]
+        torch.manual_seed(3)
+        ref = AVSRModel.from_config(trainer.model_config)
+        for (k, a), b in zip(ref.state_dict().items(), trainer.model.state_dict().values()):
+            assert torch.equal(a, b), k

@@ -16,6 +16,7 @@ from avsr.decode import DecodeConfig
 from avsr.decode.searcher import Searcher
 from avsr.encoder import AVHubertEncoder, VideoGate
 from avsr.models import AVSRModel
+from tests.decoding import searcher
 from tests.test_beam_search import TINY_DECODER, TINY_ENCODER
 from tests.test_rescore import LENS, _inputs
 
@@ -194,8 +195,7 @@ def test_a_model_that_does_not_trust_the_lips_decodes_audio_visual_input_as_audi
     cfg = DecodeConfig(beam_size=4, ctc_weight=0.3, maxlenratio=-4.0, video_weight=1.0, audio_weight=3.0,
                        audio_confidence=2.0)
     closed = _model(trust_bias=-80.0)
-    gates = {}
-    both = Searcher(closed, cfg).decode(audio, video, LENS, gates=gates)[0]
+    both, _, _, _, gates = Searcher(closed, cfg).decode(audio, video, LENS)
     alone = Searcher(closed, cfg).decode(audio, None, LENS)[0]
     assert [h[0].tokens for h in both] == [h[0].tokens for h in alone]
     assert gates["video_trust"].max() < 1e-6 and gates["audio_gate"].min() > 1 - 1e-6  # what fusion did
@@ -325,8 +325,7 @@ def test_the_search_uses_the_lips_whole_or_not_at_all_by_their_sync_margin():
     model = _model(trust_bias=0.0)  # a soft gate of 0.5: neither the lips nor the audio alone
 
     def decode(v, **rule):
-        gates = {}
-        hyps = Searcher(model, DecodeConfig(**base, **rule)).decode(audio, v, LENS, gates=gates)[0]
+        hyps, _, _, _, gates = Searcher(model, DecodeConfig(**base, **rule)).decode(audio, v, LENS)
         return [h[0].tokens for h in hyps], [h[0].score for h in hyps], gates
 
     alone = decode(None)[0]
@@ -357,7 +356,8 @@ def test_the_sync_rule_comes_from_the_config_or_the_model_and_needs_a_ctc_head()
     with pytest.raises(ConfigError, match="video_sync_margin"):
         DecodeConfig(video_sync_margin=5.0)
     model = _model(decode_defaults={"video_sync_margin": 0.1, "video_sync_slope": 1.0})
-    assert Searcher(model, DecodeConfig()).sync_rule == (0.1, 1.0)
+    assert searcher(model, DecodeConfig()).sync_rule == (0.1, 1.0)  # the checkpoint's decode section
+    assert Searcher(model, DecodeConfig()).sync_rule is None  # the model itself holds no defaults
     model.ctc_lo = None
     with pytest.raises(ValueError, match="video_sync_margin"):
-        Searcher(model, DecodeConfig())
+        searcher(model, DecodeConfig())

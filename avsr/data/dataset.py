@@ -982,8 +982,8 @@ class ModalityBatchSampler(torch.utils.data.Sampler):
     batch, ``modality_dropout`` / ``audio_dropout``), made from a generator seeded by ``seed`` and the epoch
     instead of the global RNG: the j-th batch of an epoch gets the same draw on every rank and after a
     resumption, with the encoder's rule (:func:`avsr.nn.modality.draw_modalities`). Made by
-    :meth:`avsr.encoder.AVHubertEncoder.hand_over_modality_dropout`, after which the encoder does not draw
-    again.
+    :meth:`avsr.encoder.AVHubertEncoder.modality_batch_sampler` of an encoder built not to draw again
+    (``EncoderRuntime(modality_dropout_by_loader=True)``).
 
     Args:
         batch_sampler: yields lists of indices; ``set_epoch`` is forwarded to it.

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar, NamedTuple, Union
 
-from avsr.config import Config, ConfigError, config_path, from_dict, load_yaml, option, probability
+from avsr.config import Config, ConfigError, config_path, from_dict, load_yaml, option, probability, to_dict
 
 __all__ = ["DecodeConfig", "FairseqConfig", "SearchConfig", "SEARCHES", "ViewWeights", "default_view_weights",
-           "searched_views", "search_config", "load_decode_config"]
+           "searched_views", "search_config", "load_decode_config", "resolve_search_config"]
 
 #: values of ``DecodeConfig.pre_beam``.
 PRE_BEAMS = ("avsr", "espnet", "espnet_nonbatch")
@@ -322,3 +322,31 @@ def load_decode_config(path: str | os.PathLike | None = None, **overrides: Any) 
         return search_config(overrides, "decode options")
     path = config_path(path, "decode")
     return search_config({**load_yaml(path), **overrides}, str(path))
+
+
+def resolve_search_config(config: SearchConfig | Mapping[str, Any] | str | os.PathLike | None,
+                          defaults: Mapping[str, Any] | None = None, **overrides: Any) -> SearchConfig:
+    """The search configuration of a decoding call: ``config`` with ``overrides`` applied.
+
+    Args:
+        config: a :class:`DecodeConfig` / :class:`FairseqConfig` (taken as it is), a decoding YAML path or
+            the name of a shipped one (:func:`load_decode_config`), a mapping of options over ``defaults``, or
+            None: ``defaults`` alone.
+        defaults: the model's decoding defaults (its checkpoint's decode section,
+            :func:`avsr.inference.pretrained.checkpoint_decode_defaults`); a configuration object or a file
+            keeps its own values, and leaves only its None view weights and decision rule to them (read by
+            :class:`avsr.decode.searcher.Searcher`).
+        overrides: options over all of these (e.g. ``beam_size=5``); the type follows ``search``.
+
+    Raises:
+        avsr.config.ConfigError: an unknown or misplaced key, a bad value, a missing file (named).
+    """
+    if isinstance(config, (str, os.PathLike)):
+        config = load_decode_config(config)
+    if isinstance(config, (DecodeConfig, FairseqConfig)):
+        if not overrides:
+            return config
+        base: dict[str, Any] = {"search": config.search, **to_dict(config)}
+    else:
+        base = {**dict(defaults or {}), **dict(config or {})}
+    return search_config({**base, **overrides}, "decode options")

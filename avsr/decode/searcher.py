@@ -13,22 +13,21 @@ shrinks with how unsure the audio-only view is of its best hypothesis
 (:class:`avsr.decode.config.DecodeConfig`): a confidence check that lets clean audio outvote lips unlike the
 training data, and keeps noisy audio from outvoting good lips.
 
-The view weights come from the configuration; where it leaves them None, from the model's ``decode_defaults``
-(a mapping of decoding options that the model configuration carries into its checkpoints, e.g. the SynthGRID
-recipe's tuned weights), else 0 (one search, as ESPnet and the original AV-HuBERT). No weight is a constant of
-the model class.
+The view weights come from the configuration; where it leaves them None, from the decoding defaults the
+searcher is given (a checkpoint's decode section,
+:func:`avsr.inference.pretrained.checkpoint_decode_defaults`, e.g. the SynthGRID recipe's tuned weights), else
+0 (one search, as ESPnet and the original AV-HuBERT). The model holds no decoding defaults.
 
-The model is any object with the parts of :class:`avsr.models.AVSRModel` that decoding reads: ``encode``,
-``ctc_log_probs``, ``decoder``, the token ids ``sos``, ``eos``, ``blank``, ``pad``, ``unk``, and an
-``encoder`` with ``encode_video`` and ``gate_means`` (for the views); so this module does not import
-the models.
+The model is any object with the decoding parts that :class:`SearchModel` names (an
+:class:`avsr.models.AVSRModel` has them), so this module does not import the models.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -38,15 +37,88 @@ from avsr.decode.config import SearchConfig, ViewWeights, default_view_weights, 
 from avsr.decode.hypothesis import Hypothesis
 from avsr.decode.rescore import rescore_with_views, sequence_scores
 
-__all__ = ["Searcher"]
+__all__ = ["Searcher", "SearchModel", "SearchResult"]
+
+
+class SearchModel(Protocol):
+    """The parts of a model that :class:`Searcher` reads (:class:`avsr.models.AVSRModel` has them).
+
+    Attributes: ``decoder`` (an attention decoder or None), the token ids ``sos``, ``eos``, ``blank``,
+    ``pad``, ``unk``, ``has_ctc`` / ``has_audio_gate`` / ``has_video_gate`` (whether the model has a CTC head
+    and the encoder an audio gate / a video trust gate), ``training``. Methods, with the shapes of
+    :class:`avsr.models.AVSRModel`: ``encode``, ``ctc_log_probs``, ``encode_video``, ``gate_means``,
+    ``sync_margin``, ``train``, ``eval``.
+    """
+
+    decoder: Any
+    sos: int
+    eos: int
+    blank: int
+    pad: int | None
+    unk: int | None
+    training: bool
+
+    @property
+    def has_ctc(self) -> bool: ...
+
+    @property
+    def has_audio_gate(self) -> bool: ...
+
+    @property
+    def has_video_gate(self) -> bool: ...
+
+    def encode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor,
+               video_features: Tensor | None = None, video_decision: Tensor | None = None
+               ) -> tuple[Tensor, Tensor]: ...
+
+    def ctc_log_probs(self, enc: Tensor) -> Tensor | None: ...
+
+    def encode_video(self, video: Tensor, lengths: Tensor) -> Tensor: ...
+
+    def gate_means(self, audio: Tensor, video_features: Tensor, lengths: Tensor,
+                   video_decision: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]: ...
+
+    def sync_margin(self, audio: Tensor, video_features: Tensor, lengths: Tensor) -> Tensor | None: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def eval(self) -> Any: ...
+
+
+class SearchResult(NamedTuple):
+    """What :meth:`Searcher.decode` returns.
+
+    Attributes:
+        hypotheses: up to ``nbest`` hypotheses per utterance, best first.
+        ctc_logp: the fused view's ``(B, T, V)`` float32 CTC log-probabilities (None without a CTC head).
+        enc_lens: ``(B,)`` int64 encoder lengths (word timings need these two).
+        views: under ``"video"`` and ``"audio"``, the hypotheses of each single-stream view that was searched
+            for the ranking (the video-only view with a video weight, the audio-only view with the confidence
+            check), best first, cut to ``nbest``: the same as decoding that view's stream alone with this
+            configuration. Empty when no view was searched.
+        gates: what fusion did with two-stream input where the views are ranked or the search decides on the
+            lips: ``"audio_gate"`` and ``"video_trust"``, each ``(B,)`` float32 in (0, 1), the utterances'
+            mean audio gate and video trust gate (:meth:`avsr.encoder.AVHubertEncoder.gate_means`; no
+            ``video_trust`` for a model without a video gate; 0 or 1 where the search decides, and then also
+            ``"video_sync"`` and ``"audio_ctc_confidence"``, see :meth:`Searcher.decode`). Empty otherwise.
+    """
+
+    hypotheses: list[list[Hypothesis]]
+    ctc_logp: Tensor | None
+    enc_lens: Tensor
+    views: dict[str, list[list[Hypothesis]]]
+    gates: dict[str, Tensor]
 
 
 class Searcher:
     """Decode with ``config`` on ``model``: the beam search and the ranking with the views (see the module).
 
     Args:
-        model: an :class:`avsr.models.AVSRModel` (or an object with the same decoding parts).
+        model: the decoding parts of a model (:class:`SearchModel`, e.g. an :class:`avsr.models.AVSRModel`).
         config: a :class:`avsr.decode.config.DecodeConfig` or :class:`avsr.decode.config.FairseqConfig`.
+        defaults: the model's decoding defaults (its checkpoint's decode section,
+            :func:`avsr.inference.pretrained.checkpoint_decode_defaults`): the view weights and the decision
+            rule where ``config`` leaves them None. None: none (view weights 0, the soft gate).
 
     Attributes:
         view_weights: the :class:`avsr.decode.config.ViewWeights` used for audio-visual input (both weights
@@ -60,16 +132,16 @@ class Searcher:
             from); a ``video_sync_margin`` for a model without a CTC head.
     """
 
-    def __init__(self, model: Any, config: SearchConfig) -> None:
+    def __init__(self, model: SearchModel, config: SearchConfig, defaults: Mapping[str, Any] | None = None
+                 ) -> None:
         self.model, self.config = model, config
-        defaults = getattr(model, "decode_defaults", None)
         self.view_weights = config.view_weights(default_view_weights(defaults))
         rule = config.sync_rule(defaults)
-        self.sync_rule = rule if getattr(model.encoder, "video_gate", None) is not None else None
-        if self.sync_rule is not None and getattr(model, "ctc_lo", None) is None:
+        self.sync_rule = rule if model.has_video_gate else None
+        if self.sync_rule is not None and not model.has_ctc:
             raise ValueError("video_sync_margin weighs the audio-only view's CTC confidence: this model has "
                              "no CTC head; set video_sync_margin: null")
-        if self._ranked(self.view_weights) and getattr(model.encoder, "audio_gate", None) is None:
+        if self._ranked(self.view_weights) and not model.has_audio_gate:
             name = "video_weight" if self.view_weights.video_weight > 0 else "audio_weight"
             raise ValueError(f"{name} {getattr(self.view_weights, name):g} needs a model with an audio gate "
                              f"(encoder_conf.audio_gate: true); set {name}: 0 for this model")
@@ -107,9 +179,7 @@ class Searcher:
 
     @torch.no_grad()
     def decode(self, audio: Tensor | None, video: Tensor | None, lengths: Tensor,
-               video_features: Tensor | None = None, views: dict[str, list[list[Hypothesis]]] | None = None,
-               gates: dict[str, Tensor] | None = None
-               ) -> tuple[list[list[Hypothesis]], Tensor | None, Tensor]:
+               video_features: Tensor | None = None) -> SearchResult:
         """Encode the inputs and search; with both streams and a view weight above 0, rank with the views.
 
         Args:
@@ -117,27 +187,20 @@ class Searcher:
             video: ``(B, 1, T, 88, 88)`` float video, or None (or given as ``video_features``).
             lengths: ``(B,)`` int64 valid frames.
             video_features: ``(B, D, T)`` the video front-end's output, when already computed.
-            views: a dict that receives, under ``"video"`` and ``"audio"``, the hypotheses of each
-                single-stream view that was searched for the ranking (the video-only view with a video weight,
-                the audio-only view with the confidence check), best first: the same as decoding that view's
-                stream alone with this configuration (the search's ``nbest`` only cuts its output). Left
-                empty when the views are not searched.
-            gates: a dict that receives what fusion did with two-stream input where the views are ranked:
-                ``"audio_gate"`` and ``"video_trust"``, each ``(B,)`` float32 in (0, 1), the utterances' mean
-                audio gate and video trust gate (:meth:`avsr.encoder.AVHubertEncoder.gate_means`; no
-                ``video_trust`` for a model without a video gate; 0 or 1 where the search decides, and then
-                also ``"video_sync"`` and ``"audio_ctc_confidence"``, see :meth:`_sync_decision`). Left empty
-                otherwise.
+
+        Where the search decides on the lips (``sync_rule``), the result's gates also hold ``"video_sync"``
+        (the sync margins) and ``"audio_ctc_confidence"`` (``q``, the audio-only view's mean largest CTC log
+        probability per frame), each ``(B,)`` float32.
 
         Returns:
-            ``(hypotheses, ctc_logp, enc_lens)``: up to ``nbest`` hypotheses per utterance, best first;
-            the fused view's ``(B, T, V)`` float32 CTC log-probabilities (None without a CTC head); ``(B,)``
-            encoder lengths (word timings need the last two).
+            the :class:`SearchResult`.
 
         Raises:
             ValueError: inputs the encoder refuses, or a part the search needs is missing.
         """
         model = self.model
+        views: dict[str, list[list[Hypothesis]]] = {}
+        gates: dict[str, Tensor] = {}
         was_training = model.training
         model.eval()
         try:
@@ -145,7 +208,7 @@ class Searcher:
             weights = self.view_weights if both else ViewWeights()
             decide = both and self.sync_rule is not None
             if (self._ranked(weights) or decide) and video_features is None:  # computed once for every view
-                video_features, video = model.encoder.encode_video(video, lengths), None
+                video_features, video = model.encode_video(video, lengths), None
             audio_view = decision = None
             if decide:
                 audio_view = self._audio_view(audio, lengths)
@@ -156,10 +219,11 @@ class Searcher:
             # (B, F, T) audio -- when audio is given, else the padded frame count (only max_len_a uses it)
             src_len = audio.shape[1] if audio is not None else enc.size(1)
             if not self._ranked(weights):
-                return self.search(enc, enc_lens, ctc_logp, src_len), ctc_logp, enc_lens
+                return SearchResult(self.search(enc, enc_lens, ctc_logp, src_len), ctc_logp, enc_lens, views,
+                                    gates)
             hyps = self._ranked_with_views(audio, video_features, lengths, weights, enc, enc_lens, ctc_logp,
                                            src_len, views, gates, audio_view, decision)
-            return hyps, ctc_logp, enc_lens
+            return SearchResult(hyps, ctc_logp, enc_lens, views, gates)
         finally:
             model.train(was_training)
 
@@ -174,41 +238,39 @@ class Searcher:
         return enc_a, self.model.ctc_log_probs(enc_a)
 
     def _sync_decision(self, audio: Tensor, video_features: Tensor, lengths: Tensor, ctc_a: Tensor,
-                       gates: dict[str, Tensor] | None) -> Tensor:
+                       gates: dict[str, Tensor]) -> Tensor:
         """``(B,)`` float32 1 where the lips are used (their sync margin reaches ``video_sync_margin +
         video_sync_slope * q``, ``q``: the audio-only view's mean largest CTC log probability per frame), else
-        0; ``gates`` (when given) receives ``"video_sync"`` (the margins) and ``"audio_ctc_confidence"``
-        (``q``)."""
-        margin = self.model.encoder.sync_margin(audio, video_features, lengths).float()
+        0; ``gates`` (the result's, being built) receives ``"video_sync"`` (the margins) and
+        ``"audio_ctc_confidence"`` (``q``)."""
+        margin = self.model.sync_margin(audio, video_features, lengths).float()
         valid = torch.arange(ctc_a.size(1), device=ctc_a.device)[None, :] < lengths.to(ctc_a.device)[:, None]
         q = (ctc_a.amax(dim=-1) * valid).sum(dim=1) / valid.sum(dim=1)
-        if gates is not None:
-            gates["video_sync"], gates["audio_ctc_confidence"] = margin, q
+        gates["video_sync"], gates["audio_ctc_confidence"] = margin, q
         bar, slope = self.sync_rule  # type: ignore[misc]
         return (margin >= bar + slope * q).float()
 
     def _ranked_with_views(self, audio: Tensor, video_features: Tensor, lengths: Tensor,
                            weights: ViewWeights, enc: Tensor, enc_lens: Tensor,
                            ctc_logp: Tensor | None, src_len: int,
-                           views: dict[str, list[list[Hypothesis]]] | None,
-                           gates: dict[str, Tensor] | None = None,
+                           views: dict[str, list[list[Hypothesis]]],
+                           gates: dict[str, Tensor],
                            audio_view: tuple[Tensor, Tensor] | None = None,
                            decision: Tensor | None = None) -> list[list[Hypothesis]]:
         """The fused input's beam search and, with a video weight, the video-only view's (and with an audio
         confidence, the audio-only view's; ``beam_size`` hypotheses each), ranked with the single-stream
-        views' scores (:func:`avsr.decode.rescore.rescore_with_views`); ``views`` (when given) receives the
-        views' own hypotheses, cut to ``nbest``, and ``gates`` the mean gates; ``audio_view``: the audio-only
-        view's encoder output and CTC log-probabilities when computed already; ``decision``: the search's
-        decision on the lips (:meth:`_sync_decision`), or None."""
+        views' scores (:func:`avsr.decode.rescore.rescore_with_views`); ``views`` (the result's, being built)
+        receives the views' own hypotheses, cut to ``nbest``, and ``gates`` the mean gates; ``audio_view``:
+        the audio-only view's encoder output and CTC log-probabilities when computed already; ``decision``:
+        the search's decision on the lips (:meth:`_sync_decision`), or None."""
         model, config = self.model, self.config
         wide = replace(config, nbest=config.beam_size)
         lists = [self.search(enc, enc_lens, ctc_logp, src_len, wide)]
-        gate, trust = model.encoder.gate_means(audio, video_features, lengths, decision)
+        gate, trust = model.gate_means(audio, video_features, lengths, decision)
         gate = gate.float()
-        if gates is not None:
-            gates["audio_gate"] = gate
-            if trust is not None:
-                gates["video_trust"] = trust.float()
+        gates["audio_gate"] = gate
+        if trust is not None:
+            gates["video_trust"] = trust.float()
         trust = torch.ones_like(gate) if trust is None else trust.float()
         ids = {"decoder": model.decoder, "ctc_weight": config.ctc_weight, "sos": model.sos, "eos": model.eos,
                "blank": model.blank}
@@ -224,8 +286,7 @@ class Searcher:
             lists.append(self.search(enc_v, enc_lens, ctc_v, src_len, wide))
             scored.append((weights.video_weight * gate * trust, scorer(enc_v, ctc_v)))
             own.append(len(lists) - 1)
-            if views is not None:
-                views["video"] = [h[: config.nbest] for h in lists[-1]]
+            views["video"] = [h[: config.nbest] for h in lists[-1]]
         if weights.audio_weight > 0:
             enc_a, ctc_a = audio_view if audio_view is not None else self._audio_view(audio, lengths)
             weight_a = weights.audio_weight * gate
@@ -234,8 +295,7 @@ class Searcher:
                 audio_lists = self.search(enc_a, enc_lens, ctc_a, src_len, wide)
                 lists.append(audio_lists)
                 own[-1] = len(lists) - 1
-                if views is not None:
-                    views["audio"] = [h[: config.nbest] for h in audio_lists]
+                views["audio"] = [h[: config.nbest] for h in audio_lists]
                 steps = [len(h[0].tokens) + 1 if h else 1 for h in audio_lists]
                 conf = torch.tensor([(h[0].score - config.penalty * n) / n if h else -math.inf
                                      for h, n in zip(audio_lists, steps)], device=gate.device)

@@ -23,11 +23,11 @@ from typing import Any
 import torch
 
 from avsr.config import ConfigError, load_yaml
-from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig
+from avsr.encoder import AVHubertEncoder, AVHubertEncoderConfig, EncoderRuntime
 from avsr.espnet.layout import crop_and_normalize, roi_side, unpack_frames
 from avsr.features import CROP_SIZE
 from avsr.modalities import check_modality
-from avsr.nn.precision import check_precision, resolve_precision
+from avsr.nn.precision import check_precision
 
 try:  # ESPnet's interface when it is installed; the class works the same without it
     from espnet2.asr.encoder.abs_encoder import AbsEncoder as _EncoderBase
@@ -80,7 +80,10 @@ class AVHubertESPnetEncoder(_EncoderBase):
             device computes it natively, e.g. CPUs with AVX-512 BF16 / AMX, float32 elsewhere;
             :func:`avsr.nn.precision.resolve_precision` on the input's device), ``fp32``, ``bf16``, or None
             (the caller's, float32 in ESPnet's trainer). Outside training the front-end runs in the
-            caller's precision (float32 in ``Speech2Text``), as ``avsr.bin.decode``'s default.
+            caller's precision (float32 in ``Speech2Text``), as ``avsr.bin.decode``'s default. Given to the
+            wrapped encoder when it is built (``EncoderRuntime(video_precision=...,
+            video_precision_in_eval=False)``, :class:`avsr.encoder.EncoderRuntime`); read back as the
+            read-only :attr:`video_precision`.
         **encoder_conf: :class:`avsr.encoder.AVHubertEncoderConfig` options (``encoder_layers``,
             ``feature_grad_mult``, ``modality_dropout``, ...), overriding ``model`` and ``pretrained``.
 
@@ -88,8 +91,9 @@ class AVHubertESPnetEncoder(_EncoderBase):
     float, olens (B,), None)`` with ``E = encoder_embed_dim`` and ``olens == ilens`` (no subsampling).
 
     In training, the wrapper makes the encoder's per-batch modality dropout draw itself (the same rule and
-    probabilities, :func:`avsr.nn.modality.draw_modalities`; the wrapped encoder's
-    ``modality_dropout_by_loader`` is set, so it does not draw again) before it crops the video, so that a
+    probabilities, :func:`avsr.nn.modality.draw_modalities`; the wrapped encoder is built with
+    ``EncoderRuntime(modality_dropout_by_loader=True)``, so it does not draw again) before it crops the
+    video, so that a
     batch whose video is dropped (audio-only: 80% of the SynthGRID recipe's batches) skips the crop and
     normalisation of its frames as well as the video front-end, as in avsr's trainer.
 
@@ -126,15 +130,17 @@ class AVHubertESPnetEncoder(_EncoderBase):
                 data = data["encoder_conf"] or {}
             conf.update(data)
         conf.update(encoder_conf)
-        self.avhubert = AVHubertEncoder(**conf)
-        self.avhubert.modality_dropout_by_loader = True  # drawn in forward, before the video is cropped
-        cfg: AVHubertEncoderConfig = self.avhubert.config
         if video_precision is not None:
             try:
                 check_precision(video_precision, "encoder_conf: video_precision")
             except ValueError as e:
                 raise ConfigError(str(e)) from None
-        self.video_precision = video_precision
+        # the video front-end's precision in training only (auto: resolved on the input's device at each
+        # forward pass); the modality dropout drawn in forward, before the video is cropped
+        runtime = EncoderRuntime(video_precision=video_precision, video_precision_in_eval=False,
+                                 modality_dropout_by_loader=True)
+        self.avhubert = AVHubertEncoder(runtime=runtime, **conf)
+        cfg: AVHubertEncoderConfig = self.avhubert.config
         try:
             self.roi_size = roi_side(input_size, cfg.audio_feat_dim)
         except ValueError as e:
@@ -150,6 +156,12 @@ class AVHubertESPnetEncoder(_EncoderBase):
         self.pretrained = pretrained
         if loaded is not None:
             self._load(loaded)
+
+    @property
+    def video_precision(self) -> str | None:
+        """The video front-end's precision in training (None, ``auto``, ``fp32`` or ``bf16``), as given to
+        the constructor; read-only (the wrapped encoder was built with it)."""
+        return self.avhubert.video_precision
 
     @property
     def modality(self) -> str:
@@ -216,10 +228,6 @@ class AVHubertESPnetEncoder(_EncoderBase):
             video = None
         else:
             video = crop_and_normalize(video, self.training, self.crop_size).to(xs_pad.dtype)
-        self.avhubert.video_precision = (
-            resolve_precision(self.video_precision, xs_pad.device, "video_precision")
-            if self.training and self.video_precision is not None else None
-        )
         return self.avhubert({"audio": audio, "video": video}, ilens)
 
     def batch_modality(self) -> str:

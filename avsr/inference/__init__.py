@@ -15,9 +15,11 @@ The parts, one concept per module:
   how it is read, as the recipe reads it; noise mixed at an SNR with the segment chosen by the item's key;
 * :mod:`avsr.inference.segments`: long input cut at pauses and joined; the silence before and after the
   speech brought into the range of the model's training audio (``edge_frames``);
-* :mod:`avsr.inference.pretrained`: a trained model's weights, tokenizer and recorded facts
-  (:func:`model_defaults`);
-* :mod:`avsr.inference.transcriber`: :class:`Transcriber`: batching, features, search, word timings;
+* :mod:`avsr.inference.pretrained`: a trained model's weights, tokenizer, recorded facts and decode section
+  (:class:`Pretrained`, :func:`model_defaults`, :func:`checkpoint_decode_defaults`);
+* :mod:`avsr.inference.batching`: one call's items read, cut, bucketed into batches and joined again;
+* :mod:`avsr.inference.transcripts`: a search's result written as transcripts (text, word timings);
+* :mod:`avsr.inference.transcriber`: :class:`Transcriber`: features and the search for each batch;
 * :mod:`avsr.inference.decode_dir`: the recipe's decoding stage: a test set under every modality and noise
   condition into a resumable decode directory.
 
@@ -27,6 +29,8 @@ translate them to their options.
 
 from avsr.inference.inputs import collect_media, load_audio, load_item, load_video
 from avsr.inference.pretrained import (
+    Pretrained,
+    checkpoint_decode_defaults,
     inference_device,
     load_pretrained,
     model_defaults,
@@ -60,5 +64,5 @@ __all__ = [
     "frame_motion", "model_defaults", "model_edge_frames", "model_view_weights", "parse_edge_frames",
     "pause_cuts", "load_pretrained", "load_item", "load_audio", "load_video", "EdgeRanges",
     "DEFAULT_SEGMENT_S", "FPS", "SAMPLE_RATE", "ROI_SIZE", "MIN_FRAMES", "MAX_FRAME_DIFF", "MAX_EDGE_FRAMES",
-    "MODALITY_INPUTS", "collect_media", "inference_device",
+    "MODALITY_INPUTS", "collect_media", "inference_device", "Pretrained", "checkpoint_decode_defaults",
 ]

@@ -5,12 +5,15 @@ averaged, as ESPnet's ``valid.acc.ave``; tokenizer: its ``bpe.model``), an avsr 
 ``bpe.model`` beside it) or an official fairseq AV-HuBERT fine-tuned checkpoint (:mod:`avsr.compat`).
 The trainer records ``data_stats`` in the checkpoint: the longest training utterance (``max_frames``), the
 silent edges of the training audio (``edge_frames``) and whether the model heard 8 kHz audio
-(``narrowband_prob``); the model configuration may give the decoding's view weights (``decode_defaults``).
+(``narrowband_prob``). The checkpoint's decode section (``decode_defaults`` of its model configuration, from
+the training YAML's) gives the options a model decodes with unless told otherwise
+(:func:`checkpoint_decode_defaults`); the model itself holds none.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -21,13 +24,19 @@ from avsr.compat import FairseqTokenizer, read_checkpoint, tokenizer_for
 from avsr.config import UsageError
 from avsr.data.tokenizer import Tokenizer
 from avsr.decode.config import ViewWeights, default_view_weights
-from avsr.inference.segments import EdgeRanges, stats_edges
-from avsr.inference.types import PathLike
+from avsr.inference.segments import DEFAULT_SEGMENT_S, EdgeRanges, stats_edges
+from avsr.inference.types import FPS, PathLike
 from avsr.models.asr import AVSRModel
+from avsr.models.config import ModelConfig
 from avsr.threads import apply_threads
 
-__all__ = ["ModelDefaults", "inference_device", "load_pretrained", "model_defaults", "model_edge_frames",
-           "model_view_weights"]
+__all__ = ["ModelDefaults", "Pretrained", "checkpoint_decode_defaults", "inference_device", "load_pretrained",
+           "model_defaults", "model_edge_frames", "model_view_weights"]
+
+#: the original AV-HuBERT's decoding of its seq2seq models (``avhubert/conf/s2s_decode.yaml``): fairseq's beam
+#: search, beam 50, ``max_len_a`` 1.0, ``max_len_b`` 0, ``lenpen`` 1.0.
+AVHUBERT_S2S = {"search": "fairseq", "ctc_weight": 0.0, "beam_size": 50, "max_len_a": 1.0, "max_len_b": 0,
+                "lenpen": 1.0}
 
 logger = logging.getLogger("avsr.inference")
 
@@ -54,9 +63,93 @@ def inference_device(name: str, num_threads: int | None = 1, source: str = "num_
     return device
 
 
-def load_pretrained(source: PathLike, bpemodel: PathLike | None = None, average_nbest: int = 5
-                    ) -> tuple[AVSRModel, Tokenizer | FairseqTokenizer, dict[str, Any]]:
-    """The model, its tokenizer and its trainer's ``data_stats`` (``{}`` when not recorded).
+def checkpoint_decode_defaults(model_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A checkpoint's decode section: the decoding options its model decodes with unless told otherwise.
+
+    What the model's parts require comes first -- ``ctc_weight`` 1.0 for a CTC-only model (no decoder), 0.0
+    for an attention-only one, and for an attention-only model with fairseq ids (an official AV-HuBERT
+    seq2seq model, converted or not) the original's decoding, :data:`AVHUBERT_S2S` -- then the configuration's
+    ``decode_defaults`` (from the training YAML, e.g. the SynthGRID recipe's tuned view weights) over them.
+
+    Args:
+        model_config: the checkpoint's ``model_config`` mapping (:class:`avsr.models.config.ModelConfig`), or
+            None (an encoder checkpoint: ``{}``).
+
+    Raises:
+        avsr.config.ConfigError: a model configuration that does not parse (key named).
+    """
+    if model_config is None:
+        return {}
+    config = ModelConfig.from_mapping(model_config, "checkpoint model_config")
+    conf = config.for_asr(with_encoder=config.encoder_conf is not None).model_conf
+    if conf.ctc_weight >= 1:
+        base: dict[str, Any] = {"ctc_weight": 1.0}
+    elif conf.ctc_weight > 0:
+        base = {}
+    elif conf.token_convention == "fairseq":
+        base = dict(AVHUBERT_S2S)
+    else:
+        base = {"ctc_weight": 0.0}
+    return {**base, **dict(config.decode_defaults or {})}
+
+
+class Pretrained(NamedTuple):
+    """A trained model as :func:`load_pretrained` reads it."""
+
+    #: the ASR model, in eval mode
+    model: AVSRModel
+    #: its tokenizer
+    tokenizer: Tokenizer | FairseqTokenizer
+    #: what its trainer recorded about the training data (``{}`` when nothing)
+    data_stats: dict[str, Any]
+    #: the checkpoint's decode section (:func:`checkpoint_decode_defaults`)
+    decode_defaults: dict[str, Any]
+
+    @property
+    def train_max_s(self) -> float | None:
+        """The longest training utterance in seconds, when the trainer recorded it (``max_frames``)."""
+        frames = self.data_stats.get("max_frames")
+        return frames / FPS if frames else None
+
+    @property
+    def edge_frames(self) -> EdgeRanges | None:
+        """The first to third quartile of the silent edges of the training audio (:func:`model_edge_frames`),
+        or None."""
+        return stats_edges(self.data_stats)
+
+    @property
+    def narrowband_trained(self) -> bool:
+        """Whether the model was trained with the 8 kHz channel (``narrowband_prob`` > 0)."""
+        return bool(self.data_stats.get("narrowband_prob"))
+
+    def settings(self, max_segment_s: float | str | None = None, edge_frames: Any = "model"
+                 ) -> dict[str, Any]:
+        """The :class:`avsr.inference.Transcriber` settings that this model brings: ``train_max_s``,
+        ``narrowband_trained``, ``decode_defaults``, and ``max_segment_s`` / ``edge_frames`` as given or, for
+        ``"model"``, the model's: the longest training utterance (else
+        :data:`avsr.inference.segments.DEFAULT_SEGMENT_S`, 15 s) and :attr:`edge_frames` (logged; None when
+        not recorded: inputs as given).
+
+        Raises:
+            ValueError: another string than ``"model"``.
+        """
+        for name, value in (("max_segment_s", max_segment_s), ("edge_frames", edge_frames)):
+            if isinstance(value, str) and value != "model":
+                raise ValueError(f"{name} must be 'model', None or "
+                                 f"{'seconds' if name == 'max_segment_s' else '(start, end)'}, got {value!r}")
+        if edge_frames == "model":
+            edge_frames = self.edge_frames
+            if edge_frames is not None:
+                logger.info("inputs get the silent edges of the training audio: %d-%d frames (40 ms) before "
+                            "the speech, %d-%d after", *edge_frames[0], *edge_frames[1])
+        if max_segment_s == "model":
+            max_segment_s = self.train_max_s or DEFAULT_SEGMENT_S
+        return {"max_segment_s": max_segment_s, "edge_frames": edge_frames, "train_max_s": self.train_max_s,
+                "narrowband_trained": self.narrowband_trained, "decode_defaults": self.decode_defaults}
+
+
+def load_pretrained(source: PathLike, bpemodel: PathLike | None = None, average_nbest: int = 5) -> Pretrained:
+    """The model, its tokenizer, its trainer's ``data_stats`` and its decode section, as :class:`Pretrained`.
 
     Args:
         source: an experiment directory, an avsr checkpoint or an official fine-tuned AV-HuBERT checkpoint
@@ -77,14 +170,16 @@ def load_pretrained(source: PathLike, bpemodel: PathLike | None = None, average_
         model = AVSRModel.from_config(first["model_config"], str(paths[0]))
         model.load_state_dict(average_state_dicts(paths) if len(paths) > 1 else first["model"])
         tokenizer = Tokenizer(bpemodel if bpemodel is not None else source / "bpe.model")
-        return model, tokenizer, first.get("data_stats") or {}
+        return Pretrained(model.eval(), tokenizer, first.get("data_stats") or {},
+                          checkpoint_decode_defaults(first["model_config"]))
     if source.is_file():
         loaded = read_checkpoint(source)
         logger.info("model: %s (%s)", source, loaded.kind)
         if bpemodel is None and loaded.kind == "avsr" and (source.parent / "bpe.model").is_file():
             bpemodel = source.parent / "bpe.model"
         model = AVSRModel.from_checkpoint(loaded, bpemodel=bpemodel)
-        return model, tokenizer_for(model, loaded, bpemodel), loaded.data_stats
+        return Pretrained(model, tokenizer_for(model, loaded, bpemodel), loaded.data_stats,
+                          checkpoint_decode_defaults(model.config.to_dict()))
     raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
 
 
@@ -102,9 +197,9 @@ def model_edge_frames(source: PathLike, average_nbest: int = 5) -> EdgeRanges | 
 
 
 def model_view_weights(source: PathLike, average_nbest: int = 5) -> ViewWeights:
-    """The view weights that a search config leaving them None gives this model: its ``decode_defaults``
-    (:class:`avsr.decode.searcher.Searcher`), else 0, read from the checkpoint's model configuration without
-    building the model. ``source`` as :func:`load_pretrained`.
+    """The view weights that a search config leaving them None gives this model: its checkpoint's decode
+    section's (:func:`checkpoint_decode_defaults`, :class:`avsr.decode.searcher.Searcher`), else 0, read
+    without building the model. ``source`` as :func:`load_pretrained`.
 
     Raises:
         FileNotFoundError: as :func:`model_edge_frames`.
@@ -120,12 +215,12 @@ class ModelDefaults(NamedTuple):
     edge_frames: EdgeRanges | None
     #: :func:`model_view_weights`
     view_weights: ViewWeights
-    #: the model configuration's ``decode_defaults`` (``{}`` when none)
+    #: the checkpoint's decode section (:func:`checkpoint_decode_defaults`)
     decode_defaults: dict[str, Any]
 
 
 def model_defaults(source: PathLike, average_nbest: int = 5) -> ModelDefaults:
-    """:func:`model_edge_frames`, :func:`model_view_weights` and the ``decode_defaults`` they come from,
+    """:func:`model_edge_frames`, :func:`model_view_weights` and the decode section they come from,
     from one read of the checkpoint (the first of an experiment directory's best, or the file).
 
     Raises:
@@ -141,5 +236,5 @@ def model_defaults(source: PathLike, average_nbest: int = 5) -> ModelDefaults:
         stats, config = loaded.data_stats or {}, loaded.model_config
     else:
         raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
-    decode_defaults = dict((config or {}).get("decode_defaults") or {})
+    decode_defaults = checkpoint_decode_defaults(config)
     return ModelDefaults(stats_edges(stats), default_view_weights(decode_defaults), decode_defaults)

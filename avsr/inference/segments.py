@@ -262,10 +262,8 @@ def join(key: str, parts: list[tuple[int, Transcript]]) -> Transcript:
     part: the part itself, named ``key``."""
     if len(parts) == 1:
         only = parts[0][1]
-        only.key = key
-        for view in (only.views or {}).values():
-            view.key = key
-        return only
+        views = only.views and {n: dataclasses.replace(v, key=key) for n, v in only.views.items()}
+        return dataclasses.replace(only, key=key, views=views)
     parts = sorted(parts, key=lambda p: p[0])
     words = None
     if all(t.words is not None for _, t in parts):
@@ -291,12 +289,12 @@ def join(key: str, parts: list[tuple[int, Transcript]]) -> Transcript:
 
 def restore_edges(t: Transcript, change: tuple[int, int] | None) -> Transcript:
     """``t`` (of a unit whose edges were changed by ``change``) on the time line of the unit as read: its
-    length and word times (seconds, clipped to the unit) without the change; changed in place."""
+    length and word times (seconds, clipped to the unit) without the change, as a new transcript."""
     if change is None:
         return t
-    t.num_frames -= change[0] + change[1]
-    shift, last = change[0] / FPS, t.num_frames / FPS
-    if t.words is not None:
-        t.words = [dataclasses.replace(w, start=round(min(max(w.start - shift, 0.0), last), 3),
-                                       end=round(min(max(w.end - shift, 0.0), last), 3)) for w in t.words]
-    return t
+    num_frames = t.num_frames - change[0] - change[1]
+    shift, last = change[0] / FPS, num_frames / FPS
+    words = t.words if t.words is None else [
+        dataclasses.replace(w, start=round(min(max(w.start - shift, 0.0), last), 3),
+                            end=round(min(max(w.end - shift, 0.0), last), 3)) for w in t.words]
+    return dataclasses.replace(t, num_frames=num_frames, words=words)

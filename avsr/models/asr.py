@@ -41,11 +41,8 @@ from avsr.compat.fairseq_avhubert import (
     resolve_token_list,
 )
 from avsr.compat.safe_load import CheckpointError
-from avsr.config import ConfigError, check_keys, config_path, load_yaml, to_dict
-from avsr.decode.config import SearchConfig, search_config
-from avsr.decode.hypothesis import Hypothesis
-from avsr.decode.searcher import Searcher
-from avsr.encoder import AVHubertEncoder, VideoTrust
+from avsr.config import ConfigError, check_keys, config_path, load_yaml
+from avsr.encoder import AVHubertEncoder, EncoderRuntime, VideoTrust
 from avsr.models.config import ASR_KEYS, TOKEN_CONVENTIONS, VIEWS, AVSRModelConfig, ModelConfig
 from avsr.nn.decoder import TransformerDecoder
 from avsr.nn.precision import fp32_context
@@ -94,39 +91,47 @@ class AVSRModel(nn.Module):
             (:class:`avsr.nn.decoder.TransformerDecoderConfig`), ``model_conf`` (:class:`AVSRModelConfig`:
             ``ctc_weight``, ``lsm_weight``, ``length_normalized_loss``, ``token_convention``,
             ``av_batch_views``), ``token_list`` (the symbol of each token id, kept as ``model.token_list``,
-            e.g. the fairseq dictionary of a converted model) and ``decode_defaults`` (decoding options this
-            model decodes with unless told otherwise, e.g. ``{video_weight: 1.0, audio_weight: 3.0,
-            audio_confidence: 2.0}``, the SynthGRID recipe's tuned view weights; saved in every checkpoint's
-            ``model_config``, :meth:`default_decode_options`). Sections left None take their defaults.
+            e.g. the fairseq dictionary of a converted model) and ``decode_defaults`` (decoding options kept
+            in every checkpoint's ``model_config``, e.g. the SynthGRID recipe's tuned view weights; the model
+            does not read them: decoding does, :func:`avsr.inference.pretrained.checkpoint_decode_defaults`).
+            Sections left None take their defaults.
         encoder: an already built encoder (ESPnet ``AbsEncoder`` interface: ``forward(xs_pad, ilens) ->
             (hidden, olens, None)``, ``output_size()``) to use instead of building one from ``encoder_conf``.
+        runtime: the run-time switches of the encoder built from ``encoder_conf``
+            (:class:`avsr.encoder.EncoderRuntime`: activation checkpointing, the video front-end's precision
+            and layout, who draws the modality dropout; None: its defaults). Not saved with the
+            configuration. With ``encoder`` it is refused: that encoder was built with its own.
 
     Attributes: ``config`` (the complete :class:`~avsr.models.config.ModelConfig`, defaults filled in),
     ``conf`` (its ``model_conf``), ``encoder``, ``ctc_lo`` (Linear ``D -> V``, None when ``ctc_weight == 0``),
     ``phone_ctc_lo`` (Linear ``D -> phone_vocab_size``, the phone CTC head; None when
     ``phone_ctc_weight == 0``),
     ``decoder`` (None when ``ctc_weight == 1``), ``sos``, ``eos``, ``blank``, ``pad`` (None in the ESPnet
-    convention), ``unk``, ``ignore_id``, ``token_list``, ``decode_defaults``.
+    convention), ``unk``, ``ignore_id``, ``token_list``.
 
     :meth:`from_pretrained` loads avsr checkpoints and official fairseq AV-HuBERT fine-tuned ones;
-    :meth:`from_yaml` builds from a model YAML.
+    :meth:`from_yaml` builds from a model YAML. Decoding is not the model's: it gives the parts a search reads
+    (:class:`avsr.decode.searcher.SearchModel`: :meth:`encode`, :meth:`ctc_log_probs`, :meth:`encode_video`,
+    :meth:`gate_means`, :meth:`sync_margin`, ``decoder`` and the token ids), and
+    :class:`avsr.decode.searcher.Searcher` (through :class:`avsr.inference.Transcriber`) decodes.
 
     Raises:
         avsr.config.ConfigError: an unknown option or a bad value (key named), no ``vocab_size``, a
-            pretraining configuration, both ``encoder`` and ``encoder_conf``, ``av_batch_views`` other than
-            ``[audiovisual]`` with an ``encoder`` that lacks ``encode_video``.
+            pretraining configuration, both ``encoder`` and ``encoder_conf`` (or ``runtime``),
+            ``av_batch_views`` other than ``[audiovisual]`` with an ``encoder`` that lacks ``encode_video``.
     """
 
-    def __init__(self, config: ModelConfig | Mapping[str, Any], encoder: nn.Module | None = None) -> None:
+    def __init__(self, config: ModelConfig | Mapping[str, Any], encoder: nn.Module | None = None, *,
+                 runtime: EncoderRuntime | None = None) -> None:
         super().__init__()
         config = ModelConfig.from_mapping(config)
         if encoder is not None and config.encoder_conf is not None:
             raise ConfigError("AVSRModel: give either encoder= or encoder_conf, not both")
+        if encoder is not None and runtime is not None:
+            raise ConfigError("AVSRModel: runtime= is for the encoder built from encoder_conf; an encoder= "
+                              "given already has its run-time switches (build it with that runtime)")
         self.config = config = config.for_asr(with_encoder=encoder is None)
         self.conf: AVSRModelConfig = config.model_conf
-        #: decoding options over the search's defaults (:meth:`default_decode_options`), from the model
-        #: configuration (and so its checkpoints), e.g. the SynthGRID recipe's tuned view weights
-        self.decode_defaults = dict(config.decode_defaults or {})
         self.vocab_size = vocab_size = config.vocab_size
         ids = TOKEN_CONVENTIONS[self.conf.token_convention](vocab_size)
         self.blank, self.sos, self.eos = ids["blank"], ids["sos"], ids["eos"]
@@ -134,7 +139,7 @@ class AVSRModel(nn.Module):
         self.ignore_id = -1
         self.token_list = list(config.token_list) if config.token_list is not None else None
         if encoder is None:
-            encoder = AVHubertEncoder(config=config.encoder_conf)
+            encoder = AVHubertEncoder(config=config.encoder_conf, runtime=runtime)
         if self.conf.av_batch_views != ("audiovisual",) and not hasattr(encoder, "encode_video"):
             raise ConfigError(f"model_conf: av_batch_views {list(self.conf.av_batch_views)} needs an encoder "
                               f"with encode_video (AVHubertEncoder); {type(encoder).__name__} has none")
@@ -166,6 +171,37 @@ class AVSRModel(nn.Module):
     def ctc_weight(self) -> float:
         """Weight of the CTC loss (``model_conf.ctc_weight``)."""
         return self.conf.ctc_weight
+
+    @property
+    def has_ctc(self) -> bool:
+        """Whether the model has a CTC head (``ctc_weight > 0``)."""
+        return self.ctc_lo is not None
+
+    @property
+    def has_audio_gate(self) -> bool:
+        """Whether the encoder has an audio gate (``encoder_conf.audio_gate``)."""
+        return getattr(self.encoder, "audio_gate", None) is not None
+
+    @property
+    def has_video_gate(self) -> bool:
+        """Whether the encoder has a video trust gate (``encoder_conf.video_gate``)."""
+        return getattr(self.encoder, "video_gate", None) is not None
+
+    def encode_video(self, video: Tensor, lengths: Tensor) -> Tensor:
+        """The video front-end's output ``(B, D, T)`` for ``(B, 1, T, H, W)`` video with ``lengths (B,)``
+        valid frames (:meth:`avsr.encoder.AVHubertEncoder.encode_video`, whose errors it raises)."""
+        return self.encoder.encode_video(video, lengths)
+
+    def gate_means(self, audio: Tensor, video_features: Tensor, lengths: Tensor,
+                   video_decision: Tensor | None = None) -> tuple[Tensor | None, Tensor | None]:
+        """Each utterance's mean audio gate and video trust gate for this two-stream input, ``(B,)`` float32
+        each or None (:meth:`avsr.encoder.AVHubertEncoder.gate_means`, whose errors it raises)."""
+        return self.encoder.gate_means(audio, video_features, lengths, video_decision)
+
+    def sync_margin(self, audio: Tensor, video_features: Tensor, lengths: Tensor) -> Tensor | None:
+        """Each utterance's sync margin ``(B,)`` float32, or None without a video trust gate
+        (:meth:`avsr.encoder.AVHubertEncoder.sync_margin`, whose errors it raises)."""
+        return self.encoder.sync_margin(audio, video_features, lengths)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, map_location: str | torch.device = "cpu",
@@ -215,7 +251,8 @@ class AVSRModel(nn.Module):
         return model.eval()
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | ModelConfig, where: str = "model config") -> AVSRModel:
+    def from_config(cls, config: Mapping[str, Any] | ModelConfig, where: str = "model config", *,
+                    runtime: EncoderRuntime | None = None) -> AVSRModel:
         """Build from a model configuration: a mapping with keys ``vocab_size``, ``encoder_conf``,
         ``decoder_conf``, ``model_conf`` and, optionally, ``token_list`` and ``decode_defaults`` (e.g. a
         ``conf/model/*.yaml`` file's content, a checkpoint's ``model_config``), or a
@@ -224,13 +261,15 @@ class AVSRModel(nn.Module):
         Args:
             config: the configuration.
             where: origin named in error messages (a file name).
+            runtime: the encoder's run-time switches (:class:`avsr.encoder.EncoderRuntime`; None: its
+                defaults), not part of the configuration.
 
         Raises:
             avsr.config.ConfigError: unknown key at any level (named with ``where``), missing ``vocab_size``,
                 a bad value.
         """
         try:
-            return cls(ModelConfig.from_mapping(config, where))
+            return cls(ModelConfig.from_mapping(config, where), runtime=runtime)
         except ConfigError as e:
             if str(e).startswith(where):
                 raise
@@ -294,19 +333,6 @@ class AVSRModel(nn.Module):
         """``log_softmax(head(enc))`` ``(B, T, C)`` computed in float32 under any autocast."""
         with fp32_context(enc.device):
             return torch.log_softmax(head(enc.float()), dim=-1)
-
-    def search_config(self, config: SearchConfig | None = None, **overrides: Any) -> SearchConfig:
-        """``config`` (or :meth:`default_decode_options` when None) with ``overrides`` applied; the type
-        follows ``search`` (:func:`avsr.decode.config.search_config`).
-
-        Raises:
-            avsr.config.ConfigError: unknown override, bad value, or a field the search does not read.
-        """
-        if config is None:
-            base = self.default_decode_options()
-        else:
-            base = {"search": config.search, **to_dict(config)}
-        return search_config({**base, **overrides}, "decode options")
 
     def _targets(self, ys_pad: Tensor, ys_lens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Check targets; return ``ys (B, L)`` (padding -> ignore_id), ``ys_in (B, L+1)`` (sos + ys, padded
@@ -494,82 +520,3 @@ class AVSRModel(nn.Module):
         with fp32_context(logp.device):
             return F.ctc_loss(logp.float().transpose(0, 1), targets, enc_lens, target_lens.to(enc_lens),
                               blank=blank, reduction="sum", zero_infinity=True) / logp.size(0)
-
-    def default_decode_options(self) -> dict[str, Any]:
-        """Search options used when :meth:`decode` gets no config: :class:`avsr.decode.DecodeConfig`'s
-        defaults, with ``ctc_weight`` 1.0 for a CTC-only model and 0.0 for an attention-only one; for an
-        attention-only model with fairseq ids (a converted AV-HuBERT seq2seq model), the original's decoding
-        (``avhubert/conf/s2s_decode.yaml``: fairseq's beam search, beam 50, ``max_len_a`` 1.0, ``max_len_b``
-        0, ``lenpen`` 1.0); then the model's own ``decode_defaults`` (from its configuration and checkpoint,
-        e.g. tuned view weights) over these."""
-        if self.decoder is None:
-            base: dict[str, Any] = {"ctc_weight": 1.0}
-        elif self.ctc_lo is not None:
-            base = {}
-        elif self.conf.token_convention == "fairseq":
-            base = {"search": "fairseq", "ctc_weight": 0.0, "beam_size": 50, "max_len_a": 1.0, "max_len_b": 0,
-                    "lenpen": 1.0}
-        else:
-            base = {"ctc_weight": 0.0}
-        return {**base, **self.decode_defaults}
-
-    @torch.no_grad()
-    def decode_nbest(
-        self,
-        audio: Tensor | None,
-        video: Tensor | None,
-        lengths: Tensor,
-        config: SearchConfig | None = None,
-        **overrides: Any,
-    ) -> list[list[Hypothesis]]:
-        """Joint CTC/attention beam search (:func:`avsr.decode.batch_beam_search`) in eval mode.
-
-        Args:
-            audio, video, lengths: as :meth:`forward`.
-            config: search options (:meth:`default_decode_options` when None); ``overrides`` replace some
-                of its fields
-                (``beam_size=5``...).
-
-        Returns:
-            Up to ``nbest`` hypotheses per utterance, best first.
-
-        Raises:
-            avsr.config.ConfigError: unknown override.
-            ValueError: ``ctc_weight`` needs a part the model lacks (e.g. ``ctc_weight < 1`` on a CTC-only
-                model).
-        """
-        return self.decode_with_ctc(audio, video, lengths, self.search_config(config, **overrides))[0]
-
-    @torch.no_grad()
-    def decode_with_ctc(
-        self,
-        audio: Tensor | None,
-        video: Tensor | None,
-        lengths: Tensor,
-        config: SearchConfig,
-        video_features: Tensor | None = None,
-    ) -> tuple[list[list[Hypothesis]], Tensor | None, Tensor]:
-        """:meth:`decode_nbest` that also returns what word timings need: ``(hypotheses, ctc_logp (B, T, V)
-        float32 or None without a CTC head, enc_lens (B,))`` (:meth:`avsr.decode.searcher.Searcher.decode`,
-        including the ranking of audio-visual hypotheses with the single-stream views).
-        ``video_features`` as :meth:`encode`.
-
-        Raises: as :meth:`decode_nbest`, and ValueError for a view weight > 0 without an audio gate.
-        """
-        return Searcher(self, config).decode(audio, video, lengths, video_features)
-
-    def decode(
-        self,
-        audio: Tensor | None,
-        video: Tensor | None,
-        lengths: Tensor,
-        config: SearchConfig | None = None,
-        **overrides: Any,
-    ) -> list[list[int]]:
-        """Best hypothesis per utterance: token ids without sos/eos/blank (``[]`` if the search found none).
-
-        Arguments and errors as :meth:`decode_nbest`.
-        """
-        return [
-            h[0].tokens if h else [] for h in self.decode_nbest(audio, video, lengths, config, **overrides)
-        ]

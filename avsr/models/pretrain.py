@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from avsr.autograd import MomentumLabelMemory
 from avsr.config import ConfigError, load_yaml
-from avsr.encoder import AVHubertEncoder
+from avsr.encoder import AVHubertEncoder, EncoderRuntime
 from avsr.models.config import AVHubertPretrainConfig, ModelConfig
 from avsr.nn.masking import apply_input_mask, compute_span_mask
 
@@ -54,6 +54,9 @@ class AVHubertPretrainModel(nn.Module):
             ``num_classes`` (clusters ``K`` of each label set, e.g. ``[500]``, or ``[100, 500]`` for two label
             sets predicted at once), ``encoder_conf`` (:class:`avsr.encoder.AVHubertEncoderConfig`; None: its
             defaults) and ``pretrain_conf`` (:class:`AVHubertPretrainConfig`).
+        runtime: the encoder's run-time switches (:class:`avsr.encoder.EncoderRuntime`: activation
+            checkpointing, the video front-end's precision and layout, who draws the modality dropout; None:
+            its defaults), not part of the configuration.
 
     Submodules/parameters (names as the original's, so state-dict keys of ``encoder.`` match AVSRModel's):
     ``encoder``; ``final_proj`` (Linear ``D -> final_dim * sets`` when ``untie_final_proj``, else
@@ -70,10 +73,11 @@ class AVHubertPretrainModel(nn.Module):
     #: the trainer calls ``model(*[batch[k] for k in batch_keys])``
     batch_keys = ("audio", "video", "lengths", "labels")
 
-    def __init__(self, config: ModelConfig | Mapping[str, Any]) -> None:
+    def __init__(self, config: ModelConfig | Mapping[str, Any], *, runtime: EncoderRuntime | None = None
+                 ) -> None:
         super().__init__()
         self.config = config = ModelConfig.from_mapping(config).for_pretraining()
-        self.encoder = AVHubertEncoder(config=config.encoder_conf)
+        self.encoder = AVHubertEncoder(config=config.encoder_conf, runtime=runtime)
         self.conf = pretrain_conf = config.pretrain_conf
         num_classes = config.num_classes
         self.num_classes = [int(k) for k in num_classes]
@@ -96,21 +100,23 @@ class AVHubertPretrainModel(nn.Module):
             )
 
     @classmethod
-    def from_config(cls, config: Mapping[str, Any] | ModelConfig, where: str = "model config"
-                    ) -> AVHubertPretrainModel:
+    def from_config(cls, config: Mapping[str, Any] | ModelConfig, where: str = "model config", *,
+                    runtime: EncoderRuntime | None = None) -> AVHubertPretrainModel:
         """Build from ``{"encoder_conf": {...}, "pretrain_conf": {...}, "num_classes": [K, ...]}`` or a
         :class:`~avsr.models.config.ModelConfig`.
 
         Args:
             config: the mapping (``num_classes`` required; it may also be a single integer).
             where: origin named in error messages (a file name).
+            runtime: the encoder's run-time switches (:class:`avsr.encoder.EncoderRuntime`; None: its
+                defaults).
 
         Raises:
             avsr.config.ConfigError: unknown key at any level (named with ``where``), missing or invalid
                 ``num_classes``, a section that is not a mapping, or a bad value (key named).
         """
         try:
-            return cls(ModelConfig.from_mapping(config, where))
+            return cls(ModelConfig.from_mapping(config, where), runtime=runtime)
         except ConfigError as e:
             if str(e).startswith(where):
                 raise

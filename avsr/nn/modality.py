@@ -3,10 +3,12 @@
 Source: ``AVHubertModel.forward`` in av_hubert's ``avhubert/hubert.py`` draws, once per batch, whether a
 modality is dropped (probability ``modality_dropout``) and, if so, whether it is the audio (probability
 ``audio_dropout``) or the video. avsr makes that draw in one place: :func:`draw_modalities`. Who calls it
-is decided once, by the encoder (:meth:`avsr.encoder.AVHubertEncoder.hand_over_modality_dropout`): the
-encoder itself, per forward pass (its default, as the original and as a library component inside another
-toolkit), or the training data loader (:class:`avsr.data.dataset.ModalityBatchSampler`), which then loads
-only the modality a batch keeps.
+is decided once, when the encoder is built (``EncoderRuntime.modality_dropout_by_loader``,
+:class:`avsr.encoder.EncoderRuntime`): the encoder itself, per forward pass (its default, as the original
+and as a library component inside another toolkit), or the training data loader
+(:class:`avsr.data.dataset.ModalityBatchSampler`, made by
+:meth:`avsr.encoder.AVHubertEncoder.modality_batch_sampler`), which then loads only the modality a batch
+keeps.
 """
 
 from __future__ import annotations

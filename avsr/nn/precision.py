@@ -233,7 +233,7 @@ def autocast_context(device: str | torch.device, precision: str) -> contextlib.A
     optimiser step, which follow the forward's dtypes by themselves)::
 
         with autocast_context(model_device, "bf16"):
-            hyps = model.decode_nbest(audio, video, lengths)      # encoder + decoder in bf16, scores fp32
+            result = searcher.decode(audio, video, lengths)     # encoder + decoder in bf16, scores fp32
 
     Args:
         device: the device the model runs on (``"cpu"``, ``"cuda"``, ``"cuda:0"`` or a ``torch.device``);

@@ -9,11 +9,11 @@ those of the original, so a state dict maps 1:1, e.g. ``resnet.frontend3D.0.weig
 The channel widths are configurable (``widths``, default ResNet-18's 64-128-256-512) so that a small CPU
 configuration exists; with the defaults the parameter names and shapes are those of the original.
 
-Speed (same values as the original's layers): under a bfloat16 autocast (or with ``channels_last = True``)
-the activations are kept channels-last (NDHWC / NHWC), the layout in which oneDNN's bfloat16 convolutions
-and the CPU pooling kernels run fastest (see :class:`ResEncoder`); the stem's max pooling, whose kernel is
-1 frame long, is computed as a 2-D max pool (same maxima) so that the channels-last frames can be pooled
-once folded into the batch.
+Speed (same values as the original's layers): under a bfloat16 autocast (or built with
+``channels_last=True``) the activations are kept channels-last (NDHWC / NHWC), the layout in which oneDNN's
+bfloat16 convolutions and the CPU pooling kernels run fastest (see :class:`ResEncoder`); the stem's max
+pooling, whose kernel is 1 frame long, is computed as a 2-D max pool (same maxima) so that the
+channels-last frames can be pooled once folded into the batch.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.utils import _triple
 
-from avsr.nn.precision import autocast_context
+from avsr.nn.precision import autocast_context, check_precision, resolve_precision
 
 __all__ = ["BasicBlock", "ResNetTrunk", "ResEncoder", "VideoFrontEnd", "RESNET_RELU_TYPES", "PReLU",
            "batch_norm_act"]
@@ -308,9 +308,12 @@ class ResEncoder(nn.Module):
     2-D max pool over the folded frames: the same maxima as ``frontend3D[3]`` (which is kept for the
     module structure).
 
-    Attribute ``channels_last``: None (default) = True under a bfloat16 autocast, for bfloat16 input and
-    in training (with gradients) on CPU, False otherwise (the original's layout and operations: float32
-    inference, CUDA). When True, the stem's 3-D
+    Run-time switches (constructor arguments, read back as the read-only properties of the same names; they
+    change no result beyond float rounding and are not saved with the configuration or the weights):
+
+    ``channels_last``: None (default) = True under a bfloat16 autocast, for bfloat16 input and in training
+    (with gradients) on CPU, False otherwise (the original's layout and operations: float32 inference,
+    CUDA); True/False force it. When True, the stem's 3-D
     convolution runs as a 2-D convolution over each frame's 5-frame neighbourhood (:meth:`_stem_conv_frames`)
     and all activations are channels-last (NHWC; the stem's BatchNorm3d and activation see an NDHWC view of
     the same memory). Same values up to float summation order; in bfloat16 on CPUs with AMX / AVX-512 BF16
@@ -320,20 +323,32 @@ class ResEncoder(nn.Module):
     with the channels-last convolutions and pooling makes the recipe's forward + backward 12% faster in
     float32 and 24% in bfloat16 than the original layout. Parameters keep their layout.
 
-    Attribute ``precision``: None (default) = the caller's (float32, or the dtype of an autocast region
-    around it); ``"bf16"`` / ``"fp32"`` = this module computes under
-    :func:`avsr.nn.precision.autocast_context` of that precision whatever the caller's, and returns its
-    output in the input's dtype (float32 for float32 video). ``"bf16"`` in float32 training on CPU is the
-    training setting ``video_precision`` (:class:`avsr.train.config.TrainConfig`): the ResNet's
-    memory-bound BatchNorm, PReLU and pooling move half the bytes and oneDNN's bfloat16 convolutions are
-    faster, while the transformer stays float32.
+    ``precision``: None (default) = the caller's (float32, or the dtype of an autocast region around it);
+    ``"bf16"`` / ``"fp32"`` = this module computes under :func:`avsr.nn.precision.autocast_context` of that
+    precision whatever the caller's, and returns its output in the input's dtype (float32 for float32
+    video); ``"auto"`` = ``bf16`` or ``fp32`` as :func:`avsr.nn.precision.resolve_precision` chooses for the
+    input's device at each forward pass (logged once, as ``video_precision``). ``"bf16"`` in float32
+    training on CPU is the training setting ``video_precision`` (:class:`avsr.train.config.TrainConfig`):
+    the ResNet's memory-bound BatchNorm, PReLU and pooling move half the bytes and oneDNN's bfloat16
+    convolutions are faster, while the transformer stays float32.
+
+    ``precision_in_eval``: True (default): ``precision`` applies in training and in eval mode; False: in
+    training mode only, eval mode computing in the caller's precision (the ESPnet wrapper's rule).
 
     Input ``(B, 1, T, H, W)`` float (88x88 mouth crops at 25 fps, normalised); output
     ``(B, widths[3], T)`` float.
+
+    Raises:
+        ValueError: ``precision`` other than None or one of :data:`avsr.nn.precision.PRECISIONS` (the message
+            names ``video_precision``).
     """
 
-    def __init__(self, widths: Sequence[int] = (64, 128, 256, 512), relu_type: str = "prelu") -> None:
+    def __init__(self, widths: Sequence[int] = (64, 128, 256, 512), relu_type: str = "prelu", *,
+                 channels_last: bool | None = None, precision: str | None = None,
+                 precision_in_eval: bool = True) -> None:
         super().__init__()
+        if precision is not None:
+            check_precision(precision, "video_precision")
         self.frontend_nout = int(widths[0])
         self.backend_out = int(widths[-1])
         self.frontend3D = nn.Sequential(
@@ -344,13 +359,29 @@ class ResEncoder(nn.Module):
             nn.MaxPool3d(kernel_size=(1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1)),
         )
         self.trunk = ResNetTrunk(widths, relu_type)
-        self.channels_last: bool | None = None
-        self.precision: str | None = None
+        self._channels_last = None if channels_last is None else bool(channels_last)
+        self._precision = precision
+        self._precision_in_eval = bool(precision_in_eval)
+
+    @property
+    def channels_last(self) -> bool | None:
+        """The layout switch given at construction (None: chosen per input, see the class docstring)."""
+        return self._channels_last
+
+    @property
+    def precision(self) -> str | None:
+        """The precision given at construction: None (the caller's), ``"auto"``, ``"fp32"`` or ``"bf16"``."""
+        return self._precision
+
+    @property
+    def precision_in_eval(self) -> bool:
+        """Whether :attr:`precision` applies in eval mode too (else in training mode only)."""
+        return self._precision_in_eval
 
     def use_channels_last(self, x: torch.Tensor) -> bool:
         """Whether :meth:`forward` takes the channels-last path for input ``x`` (see the class docstring)."""
-        if self.channels_last is not None:
-            return self.channels_last
+        if self._channels_last is not None:
+            return self._channels_last
         dev = x.device.type
         if dev == "cpu" and self.training and torch.is_grad_enabled():
             return True  # CPU training: fused channels-last BatchNorm (batch_norm_act), faster in any dtype
@@ -360,9 +391,12 @@ class ResEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(B, 1, T, H, W) -> (B, widths[3], T)`` (in ``precision`` when set, see the class docstring)."""
-        if self.precision is None:
+        precision = self._precision
+        if precision is None or not (self.training or self._precision_in_eval):
             return self._forward(x)
-        with autocast_context(x.device, self.precision):
+        if precision == "auto":
+            precision = resolve_precision(precision, x.device, "video_precision")
+        with autocast_context(x.device, precision):
             y = self._forward(x)
         return y.to(x.dtype)
 
@@ -415,12 +449,16 @@ class VideoFrontEnd(nn.Module):
     Input ``(B, 1, T, H, W)`` float video at 25 fps; output ``(B, embed_dim, T)`` float (channels first, as
     the original ``SubModel``). Attributes ``resnet`` (:class:`ResEncoder`) and ``proj``
     (``Linear(widths[3], embed_dim)``, PyTorch default init) match the original's key names.
+    ``channels_last``, ``precision`` and ``precision_in_eval`` are the ResNet's run-time switches (see
+    :class:`ResEncoder`, whose errors the constructor raises).
     """
 
     def __init__(self, embed_dim: int, widths: Sequence[int] = (64, 128, 256, 512),
-                 relu_type: str = "prelu") -> None:
+                 relu_type: str = "prelu", *, channels_last: bool | None = None, precision: str | None = None,
+                 precision_in_eval: bool = True) -> None:
         super().__init__()
-        self.resnet = ResEncoder(widths, relu_type)
+        self.resnet = ResEncoder(widths, relu_type, channels_last=channels_last, precision=precision,
+                                 precision_in_eval=precision_in_eval)
         self.proj = nn.Linear(self.resnet.backend_out, embed_dim)
 
     def forward(self, video: torch.Tensor) -> torch.Tensor:

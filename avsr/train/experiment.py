@@ -33,6 +33,7 @@ from avsr.data.datadir import read_datadir
 from avsr.data.dataset import AVDataset, LabelSet
 from avsr.data.lexicon import PhoneLexicon
 from avsr.data.tokenizer import Tokenizer
+from avsr.encoder import AVHubertEncoderConfig, EncoderRuntime
 from avsr.fileio import remove_stale_tmp, write_text_atomic
 from avsr.models.config import ModelConfig
 from avsr.nn.precision import flush_denormal
@@ -40,8 +41,8 @@ from avsr.train.config import TrainConfig, load_experiment_config, resolved_sett
 from avsr.train.trainer import Trainer, build_audio_augment, build_noise
 
 __all__ = ["ExperimentOptions", "ModelSetup", "FREE_ON_RESUME", "OVERRIDES", "setup_experiment",
-           "load_label_sets", "init_encoder", "build_model", "keep_promise", "write_experiment",
-           "build_datasets", "training_device"]
+           "load_label_sets", "init_encoder", "build_model", "encoder_runtime", "keep_promise",
+           "write_experiment", "build_datasets", "training_device"]
 
 logger = logging.getLogger("avsr.train")
 
@@ -116,7 +117,10 @@ def setup_experiment(opts: ExperimentOptions) -> Trainer:
 
     The trainer has not resumed yet: call ``trainer.resume()`` then ``trainer.run()``. ``flush_denormal``
     (default true) is applied before the model is built, so that every intra-op thread treats subnormal
-    floats as zero (:func:`avsr.nn.precision.flush_denormal`); the torch seed is the config's ``seed``.
+    floats as zero (:func:`avsr.nn.precision.flush_denormal`); the torch seed is the config's ``seed``. The
+    model's encoder is built with the run-time switches of the training configuration
+    (:func:`encoder_runtime`: ``checkpoint_activations``, ``video_precision`` resolved for the training
+    device, the modality dropout drawn by the data loader), which the trainer checks.
 
     Raises:
         ConfigError: a bad training YAML, a missing ``--bpemodel`` / ``--labels``, label sets of different
@@ -132,13 +136,14 @@ def setup_experiment(opts: ExperimentOptions) -> Trainer:
     for key in OVERRIDES:
         if getattr(opts, key) is not None:
             cfg = dataclasses.replace(cfg, **{key: getattr(opts, key)})  # checked as the YAML's values
+    device = training_device(opts.ngpu)
     if cfg.flush_denormal:  # before any parallel op: the intra-op threads inherit the flag when created
         flush_denormal(True)
     torch.manual_seed(cfg.seed)
-    setup = build_model(opts, experiment.model)
+    runtime = encoder_runtime(cfg, experiment.model, device)  # draws nothing from torch's generators
+    setup = build_model(opts, experiment.model, runtime=runtime)
     write_experiment(opts.exp_dir, cfg, setup, opts.bpemodel, opts.allow_config_change)
     train_set, valid_set = build_datasets(opts, cfg, setup)
-    device = training_device(opts.ngpu)
     return Trainer(setup.model, setup.model.config.to_dict(), train_set, valid_set, cfg, opts.exp_dir,
                    device=device)
 
@@ -182,13 +187,41 @@ def init_encoder(model: torch.nn.Module, path: Path) -> None:
     logger.info("encoder initialised from %s (%d tensors)", path, len(enc))
 
 
-def build_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
+def encoder_runtime(cfg: TrainConfig, config: ModelConfig, device: str | torch.device) -> EncoderRuntime:
+    """The run-time switches (:class:`avsr.encoder.EncoderRuntime`) of the encoder a training of ``cfg``
+    builds.
+
+    ``checkpoint_activations`` is the training setting's; ``video_precision`` the training setting resolved
+    for ``device`` (:meth:`TrainConfig.resolved_video_precision`: ``auto`` made ``bf16`` or ``fp32``, logged
+    once; None: as the rest of the model), applied in training and validation alike; the modality dropout is
+    drawn by the data loader (``modality_dropout_by_loader``) when the model's ``encoder_conf`` has
+    ``modality_dropout > 0``: the training set :func:`build_datasets` builds loads both audio and video, so
+    the loader can drop either (:class:`avsr.data.dataset.ModalityBatchSampler`). Draws nothing from torch's
+    random generators.
+
+    Args:
+        cfg: the training settings.
+        config: the model configuration (its ``encoder_conf``; None: the encoder's defaults).
+        device: the training device (``"cpu"``, ``"cuda"``, ``"cuda:N"``).
+
+    Raises:
+        ValueError: an unknown ``video_precision`` (:func:`avsr.nn.precision.resolve_precision`).
+    """
+    encoder_conf = config.encoder_conf if config.encoder_conf is not None else AVHubertEncoderConfig()
+    return EncoderRuntime(checkpoint_activations=cfg.checkpoint_activations,
+                          video_precision=cfg.resolved_video_precision(torch.device(device)),
+                          modality_dropout_by_loader=encoder_conf.modality_dropout > 0)
+
+
+def build_model(opts: ExperimentOptions, config: ModelConfig, runtime: EncoderRuntime | None = None
+                ) -> ModelSetup:
     """The model of a training YAML's model sections (``pretrain_conf`` present: pretraining).
 
     Pretraining reads the label sets ``opts.labels`` of both data dirs, which give ``num_classes`` and the
     label rate (100 Hz MFCC clusters, 25 Hz layer clusters). ASR training reads the tokenizer
     ``opts.bpemodel``, which gives ``vocab_size``. With ``opts.init_encoder`` the encoder starts from that
-    checkpoint's.
+    checkpoint's. ``runtime``: the encoder's run-time switches (:func:`encoder_runtime`; None: the encoder's
+    defaults, which :class:`~avsr.train.trainer.Trainer` refuses unless they are the training settings').
 
     Raises:
         ConfigError: no ``--labels`` for pretraining, label sets of different rates, no ``--bpemodel`` for
@@ -196,7 +229,7 @@ def build_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
         FileNotFoundError, TokenizerError, ValueError: missing or malformed tokenizer or label files.
     """
     if config.pretraining:
-        setup = _pretrain_model(opts, config)
+        setup = _pretrain_model(opts, config, runtime)
     else:
         from avsr.models.asr import AVSRModel
 
@@ -214,7 +247,7 @@ def build_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
             logger.info("--phone-lexicon %s not used: %s has no phone loss (model_conf.phone_ctc_weight 0)",
                         opts.phone_lexicon, opts.config)
         model = AVSRModel.from_config(dataclasses.replace(config, vocab_size=tokenizer.vocab_size),
-                                      str(opts.config))
+                                      str(opts.config), runtime=runtime)
         setup = ModelSetup(model, tokenizer, phone_lexicon=lexicon)
     if opts.init_encoder is not None:
         init_encoder(setup.model, opts.init_encoder)
@@ -223,7 +256,8 @@ def build_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
     return setup
 
 
-def _pretrain_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
+def _pretrain_model(opts: ExperimentOptions, config: ModelConfig, runtime: EncoderRuntime | None = None
+                    ) -> ModelSetup:
     """The ``AVHubertPretrainModel`` of :func:`build_model`, with its label sets."""
     from avsr.models.config import AVHubertPretrainConfig
     from avsr.models.pretrain import AVHubertPretrainModel
@@ -239,7 +273,8 @@ def _pretrain_model(opts: ExperimentOptions, config: ModelConfig) -> ModelSetup:
     # the label rate is the labels' own (100 Hz MFCC clusters, 25 Hz layer clusters)
     head = dataclasses.replace(config.pretrain_conf or AVHubertPretrainConfig(), label_rate=rates.pop())
     model = AVHubertPretrainModel.from_config(
-        dataclasses.replace(config, pretrain_conf=head, num_classes=num_classes), str(opts.config))
+        dataclasses.replace(config, pretrain_conf=head, num_classes=num_classes), str(opts.config),
+        runtime=runtime)
     logger.info("pretraining: label sets %s, classes %s", opts.labels, num_classes)
     return ModelSetup(model, None, train_labels, valid_labels)
 

@@ -41,6 +41,7 @@ from avsr.nn.precision import (
     autocast_context,
     flush_denormal,
     native_bf16,
+    resolve_precision,
 )
 from avsr.train.config import TrainConfig
 from avsr.train.curves import TrainingCurves
@@ -213,13 +214,28 @@ class Trainer:
             ``images/*.png``: :class:`avsr.train.curves.TrainingCurves`).
         device: ``cpu``, ``cuda`` or ``cuda:N``; with torchrun the local rank's GPU.
 
-    When the model's encoder has ``modality_dropout > 0`` and the training set loads both modalities, the
-    length-bucketed batches are wrapped in :class:`avsr.data.dataset.ModalityBatchSampler`, which makes
-    AV-HuBERT's per-batch modality draw in the loader (same draw on every rank, reproducible on resumption),
-    made by the encoder (:meth:`avsr.encoder.AVHubertEncoder.hand_over_modality_dropout`: it owns the rule
-    and the probabilities), whose own draw is then switched off. With ``audiovisual_clean`` among the model's
-    ``av_batch_views`` the training set must keep the clean audio of audio-visual batches
-    (``AVDataset(keep_clean_audio=True)``, as :func:`avsr.train.experiment.build_datasets` builds it).
+    The trainer assigns nothing to the model: an :class:`avsr.encoder.AVHubertEncoder` (``model.encoder``)
+    comes built with the run-time switches of ``cfg`` (:class:`avsr.encoder.EncoderRuntime`, as
+    :func:`avsr.train.experiment.encoder_runtime` makes them and
+    :func:`avsr.train.experiment.setup_experiment` builds the model), and one whose
+    ``checkpoint_activations`` or ``video_precision`` (resolved for ``device``, applied in validation too)
+    differ from ``cfg``'s is refused -- a setting is not ignored.
+
+    When the encoder was built for the loader to draw its modality dropout
+    (``EncoderRuntime(modality_dropout_by_loader=True)``, ``modality_dropout > 0``), the length-bucketed
+    batches are wrapped in the encoder's :class:`avsr.data.dataset.ModalityBatchSampler`
+    (:meth:`avsr.encoder.AVHubertEncoder.modality_batch_sampler`: the encoder owns the rule and the
+    probabilities), which makes AV-HuBERT's per-batch modality draw in the loader (same draw on every rank,
+    reproducible on resumption); the training set must then load both modalities. An encoder with
+    ``modality_dropout > 0`` built to draw itself does so in its forward pass, on plain length buckets. With
+    ``audiovisual_clean`` among the model's ``av_batch_views`` the training set must keep the clean audio of
+    audio-visual batches (``AVDataset(keep_clean_audio=True)``, as
+    :func:`avsr.train.experiment.build_datasets` builds it).
+
+    Raises:
+        ConfigError: an encoder whose run-time switches disagree with ``cfg`` (the setting named), an encoder
+            built for the loader's modality draw with a training set that does not load both modalities, and
+            the option errors of :meth:`_check_batch_modality_options`.
     """
 
     def __init__(
@@ -244,6 +260,9 @@ class Trainer:
         self.train_set, self.valid_set = train_set, valid_set
         lengths = [train_set.num_frames(i) for i in range(len(train_set))]
         self.data_stats = _data_stats(train_set, lengths, cfg.narrowband_prob)
+        self.precision = cfg.resolved_precision(self.device)
+        self.video_precision = cfg.resolved_video_precision(self.device)
+        self._check_encoder_runtime(model)
         self.sampler = self._training_sampler(model, train_set, lengths)
         self._check_batch_modality_options(model, train_set)
         self.valid_sampler, self.loader, self.valid_loader = self._loaders(train_set, valid_set)
@@ -255,12 +274,6 @@ class Trainer:
         self._build_optimizer()
         self.epoch = 0
         self.step = 0
-        self.precision = cfg.resolved_precision(self.device)
-        self.video_precision = cfg.resolved_video_precision(self.device)
-        encoder = getattr(model, "encoder", None)
-        if isinstance(encoder, AVHubertEncoder):
-            encoder.checkpoint_activations = cfg.checkpoint_activations
-            encoder.video_precision = self.video_precision
         if cfg.compile:
             compile_model(self.model)
 
@@ -268,7 +281,12 @@ class Trainer:
                           ) -> BucketBatchSampler | ModalityBatchSampler:
         """The training batches of this rank: length buckets of ``lengths`` (frames per utterance), wrapped in
         the encoder's :class:`ModalityBatchSampler` when the loader draws the modality dropout (see the class
-        docstring)."""
+        docstring).
+
+        Raises:
+            ConfigError: an encoder built for the loader's modality draw and a training set that does not load
+                both audio and video.
+        """
         cfg = self.cfg
         buckets = BucketBatchSampler(
             lengths,
@@ -280,12 +298,47 @@ class Trainer:
             rank=self.rank,
         )
         encoder = getattr(model, "encoder", None)
-        if (isinstance(encoder, AVHubertEncoder) and encoder.config.modality_dropout > 0
-                and set(train_set.modalities) == {"audio", "video"}):
+        if (isinstance(encoder, AVHubertEncoder) and encoder.modality_dropout_by_loader
+                and encoder.config.modality_dropout > 0):
+            if set(train_set.modalities) != {"audio", "video"}:
+                raise ConfigError(
+                    f"the model's encoder was built for the data loader to draw its modality dropout "
+                    f"(EncoderRuntime(modality_dropout_by_loader=True), modality_dropout "
+                    f"{encoder.config.modality_dropout}), but the training set loads only "
+                    f"{list(train_set.modalities)}: the loader cannot drop a modality it does not load, and "
+                    f"the dropout would be lost (build the encoder to draw itself, or load both modalities)")
             # modality dropout drawn per batch by the loader: audio-only batches skip the video's crop and
-            # get their own noise probability; the encoder then does not draw again
-            return encoder.hand_over_modality_dropout(buckets, seed=cfg.seed)
+            # get their own noise probability; the encoder does not draw again
+            return encoder.modality_batch_sampler(buckets, seed=cfg.seed)
         return buckets
+
+    def _check_encoder_runtime(self, model) -> None:
+        """Refuse a model whose :class:`~avsr.encoder.AVHubertEncoder` was built with run-time switches other
+        than the training settings' (:class:`avsr.encoder.EncoderRuntime`; the trainer assigns none).
+
+        Raises:
+            ConfigError: ``checkpoint_activations`` differs from ``cfg.checkpoint_activations``, or the
+                encoder's ``video_precision`` (``auto`` resolved for the device) differs from
+                ``cfg.resolved_video_precision(device)`` or applies in training only; the message names the
+                setting and says how to build the model.
+        """
+        encoder = getattr(model, "encoder", None)
+        if not isinstance(encoder, AVHubertEncoder):
+            return
+        cfg, how = self.cfg, ("build the model with the training settings' runtime "
+                              "(avsr.train.experiment.encoder_runtime, as setup_experiment does)")
+        if encoder.checkpoint_activations != cfg.checkpoint_activations:
+            raise ConfigError(f"checkpoint_activations: the training config says "
+                              f"{cfg.checkpoint_activations} but the model's encoder was built with "
+                              f"{encoder.checkpoint_activations}; {how}")
+        built, in_eval = encoder.video_precision, encoder.runtime.video_precision_in_eval
+        if built == "auto":
+            built = resolve_precision(built, self.device, "video_precision")
+        if built != self.video_precision or (built is not None and not in_eval):
+            where = "" if in_eval else " in training only"
+            raise ConfigError(f"video_precision: the training config says {cfg.video_precision!r} "
+                              f"({self.video_precision!r} on {self.device}) but the model's encoder was "
+                              f"built with {encoder.video_precision!r}{where}; {how}")
 
     def _check_batch_modality_options(self, model, train_set: AVDataset) -> None:
         """Refuse the options that act on the batch modality when the loader draws none, and a model that asks
@@ -310,8 +363,9 @@ class Trainer:
             for name, (used, marked) in needs_batch_modality.items():
                 if used:
                     raise ConfigError(f"{name} needs modality dropout drawn by the loader (an encoder with "
-                                      f"modality_dropout > 0 and a training set with audio and video): no "
-                                      f"batch is marked {marked} otherwise")
+                                      f"modality_dropout > 0 built with EncoderRuntime("
+                                      f"modality_dropout_by_loader=True), and a training set with audio and "
+                                      f"video): no batch is marked {marked} otherwise")
         if "audiovisual_clean" in views and not train_set.keep_clean_audio:
             raise ConfigError("model_conf.av_batch_views audiovisual_clean needs a training set that keeps "
                               "the clean audio of audio-visual batches (AVDataset(keep_clean_audio=True))")
