@@ -89,7 +89,8 @@ def test_the_model_tree_is_built_once_and_round_trips():
     assert ModelConfig.from_mapping(yaml.safe_load(yaml.safe_dump(tree.to_dict()))) == tree
     model = AVSRModel(tree)
     assert model.config.decoder_conf == tree.decoder_conf and model.conf is model.config.model_conf
-    assert model.decode_defaults == {"video_weight": 2.0} and model.ctc_weight == 0.5
+    assert model.config.decode_defaults == {"video_weight": 2.0} and model.ctc_weight == 0.5
+    assert not hasattr(model, "decode_defaults")  # kept for the checkpoint's decode section, not the model's
     full = model.config.to_dict()  # what checkpoints save: every section complete
     assert set(full) == {"vocab_size", "encoder_conf", "decoder_conf", "model_conf", "decode_defaults"}
     assert full["model_conf"]["lsm_weight"] == 0.1 and full["encoder_conf"]["audio_feat_dim"] == 104
