@@ -27,7 +27,7 @@ from avsr.decode.config import ViewWeights, default_view_weights
 from avsr.inference.segments import DEFAULT_SEGMENT_S, EdgeRanges, stats_edges
 from avsr.inference.types import FPS, PathLike
 from avsr.models.asr import AVSRModel
-from avsr.models.config import ModelConfig
+from avsr.models.config import AVSRModelConfig, ModelConfig
 from avsr.threads import apply_threads
 
 __all__ = ["ModelDefaults", "Pretrained", "checkpoint_decode_defaults", "inference_device", "load_pretrained",
@@ -63,7 +63,7 @@ def inference_device(name: str, num_threads: int | None = 1, source: str = "num_
     return device
 
 
-def checkpoint_decode_defaults(model_config: Mapping[str, Any] | None) -> dict[str, Any]:
+def checkpoint_decode_defaults(model_config: ModelConfig | Mapping[str, Any] | None) -> dict[str, Any]:
     """A checkpoint's decode section: the decoding options its model decodes with unless told otherwise.
 
     What the model's parts require comes first -- ``ctc_weight`` 1.0 for a CTC-only model (no decoder), 0.0
@@ -72,8 +72,8 @@ def checkpoint_decode_defaults(model_config: Mapping[str, Any] | None) -> dict[s
     ``decode_defaults`` (from the training YAML, e.g. the SynthGRID recipe's tuned view weights) over them.
 
     Args:
-        model_config: the checkpoint's ``model_config`` mapping (:class:`avsr.models.config.ModelConfig`), or
-            None (an encoder checkpoint: ``{}``).
+        model_config: the checkpoint's ``model_config`` (:class:`avsr.models.config.ModelConfig` or its
+            mapping; ``model_conf`` left out: its defaults), or None (an encoder checkpoint: ``{}``).
 
     Raises:
         avsr.config.ConfigError: a model configuration that does not parse (key named).
@@ -81,7 +81,7 @@ def checkpoint_decode_defaults(model_config: Mapping[str, Any] | None) -> dict[s
     if model_config is None:
         return {}
     config = ModelConfig.from_mapping(model_config, "checkpoint model_config")
-    conf = config.for_asr(with_encoder=config.encoder_conf is not None).model_conf
+    conf = config.model_conf or AVSRModelConfig()
     if conf.ctc_weight >= 1:
         base: dict[str, Any] = {"ctc_weight": 1.0}
     elif conf.ctc_weight > 0:
@@ -179,7 +179,7 @@ def load_pretrained(source: PathLike, bpemodel: PathLike | None = None, average_
             bpemodel = source.parent / "bpe.model"
         model = AVSRModel.from_checkpoint(loaded, bpemodel=bpemodel)
         return Pretrained(model, tokenizer_for(model, loaded, bpemodel), loaded.data_stats,
-                          checkpoint_decode_defaults(model.config.to_dict()))
+                          checkpoint_decode_defaults(model.config))
     raise FileNotFoundError(f"no such experiment directory or checkpoint: {source}")
 
 
