@@ -152,6 +152,14 @@ def test_the_gates_and_views_of_a_gated_model_are_shown(env, tmp_path):
     fusion = r.json()["info"]["fusion"]
     assert fusion["video_trust"] == 0.0  # a margin never reached: the audio alone
     assert fusion["video_sync_bar"] == 2.0 > fusion["video_sync"] and fusion["audio_ctc_confidence"] < 0
+    assert "video_ctc_entropy" not in fusion  # no entropy bar set
+
+    rule = {"video_weight": 0.5, "video_sync_margin": -2.0, "video_max_entropy": 0.0}
+    decided = Transcriber(tr.model, env["tokenizer"], {**DECODE, **rule})
+    r = _post(TestClient(create_app(decided, tmp_dir=tmp_path)), {"video": mp4, "audio": wav})
+    fusion = r.json()["info"]["fusion"]
+    assert fusion["video_trust"] == 0.0  # in sync by any margin, but no lips are read that surely
+    assert fusion["video_entropy_bar"] == 0.0 < fusion["video_ctc_entropy"]
 
 
 @needs_roi_stage

@@ -68,7 +68,8 @@ def test_default_recipe_runs_every_stage_and_resumes(tmp_path):
     # only their settings record them, so the audio-only and video-only results do not depend on them
     av_settings = yaml.safe_load((exp / "decode/test/audiovisual/decode_settings.yaml").read_text())
     assert av_settings["view_weights"] == {"video_weight": 1.0, "audio_weight": 3.0, "audio_confidence": 2.0}
-    assert av_settings["video_sync"] == {"video_sync_margin": 0.16, "video_sync_slope": 1.0}
+    assert av_settings["video_sync"] == {"video_sync_margin": 0.16, "video_sync_slope": 1.0,
+                                         "video_max_entropy": 0.3}
     assert "view_weights" not in settings and "video_sync" not in settings
     assert not {"video_weight", "audio_weight", "video_sync_margin"} & set(av_settings["decode_config"])
     # one process per test set: the audio-visual pass searched the views and gave both their hypotheses

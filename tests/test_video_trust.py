@@ -361,3 +361,48 @@ def test_the_sync_rule_comes_from_the_config_or_the_model_and_needs_a_ctc_head()
     model.ctc_lo = None
     with pytest.raises(ValueError, match="video_sync_margin"):
         searcher(model, DecodeConfig())
+
+
+def test_the_video_views_entropy_is_a_second_condition_of_the_decision():
+    audio, video = _inputs()
+    base = dict(beam_size=4, ctc_weight=0.3, maxlenratio=-4.0, video_weight=1.0, audio_weight=3.0,
+                audio_confidence=2.0, video_sync_margin=-2.0)  # the margin alone: lips always used
+    model = _model(trust_bias=0.0)
+
+    def decode(v, **rule):
+        result = Searcher(model, DecodeConfig(**base, **rule)).decode(audio, v, LENS)
+        return [h[0].tokens for h in result.hypotheses], result.gates, result.views
+
+    alone = decode(None)[0]
+    always, gates, views = decode(video, video_max_entropy=1e6)
+    assert gates["video_trust"].tolist() == [1.0] * len(LENS)
+    # the entropy: of the video-only view's CTC posteriors, mean over each utterance's frames, in nats
+    with torch.no_grad():
+        enc_v, _ = model.encode(None, None, LENS, model.encode_video(video, LENS))
+        logp = model.ctc_log_probs(enc_v).double()
+    expected = [float(-(logp[i, :n].exp() * logp[i, :n]).sum(-1).mean()) for i, n in enumerate(LENS.tolist())]
+    entropy = gates["video_ctc_entropy"]
+    assert entropy.tolist() == pytest.approx(expected, rel=1e-4)
+    assert bool((entropy > 0).all()) and bool((entropy <= np.log(logp.shape[-1]) + 1e-6).all())
+    bar = float(entropy.min() + entropy.max()) / 2
+    split, split_gates, split_views = decode(video, video_max_entropy=bar)
+    used = (entropy <= bar).float()
+    assert 0 < used.sum() < len(LENS) and split_gates["video_trust"].tolist() == used.tolist()
+    for i, u in enumerate(used.tolist()):
+        assert split[i] == (always if u else alone)[i]
+    # the video-only view computed for the check is the one the ranking searches
+    assert [h[0].tokens for h in split_views["video"]] == [h[0].tokens for h in views["video"]]
+    none = decode(video, video_max_entropy=0.0)
+    assert none[0] == alone and "video_sync" in none[1]
+
+
+def test_the_entropy_bar_comes_from_the_config_or_the_model_and_needs_the_margin():
+    assert DecodeConfig().entropy_bar({"video_max_entropy": 0.25}) == 0.25
+    assert DecodeConfig(video_max_entropy=0.5).entropy_bar({"video_max_entropy": 0.25}) == 0.5
+    assert DecodeConfig().entropy_bar(None) is None
+    with pytest.raises(ConfigError, match="video_max_entropy"):
+        DecodeConfig(video_max_entropy=-1.0)
+    model = _model(decode_defaults={"video_sync_margin": 0.1, "video_max_entropy": 0.3})
+    assert searcher(model, DecodeConfig()).video_max_entropy == 0.3
+    with pytest.raises(ValueError, match="video_max_entropy 0.3 is a condition"):
+        searcher(model, DecodeConfig(), defaults={"video_max_entropy": 0.3})

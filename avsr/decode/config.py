@@ -127,6 +127,14 @@ class DecodeConfig(_Readers, Config):
             lowers the margin of lips in sync, so the bar is lower where the audio is unsure, where the lips
             matter most. A model with a CTC head only. None (default): the model's ``decode_defaults``; a
             margin of None there too keeps the soft gate (a slope of None: 0).
+        video_max_entropy: a second condition of that decision (nats, >= 0): the lips are used only where
+            the video-only view reads them with confidence, its mean per-frame entropy of the CTC posteriors
+            (over the utterance's frames) at most this. Lips in sync that the model cannot read -- a
+            mouth of another look than its training ROIs, a real face it never saw, a still picture -- give
+            flat posteriors (the SynthGRID model, three seeds: 0.19-1.14 for a frozen mouth or a
+            photograph's mouth, 0.02-0.30 for its own lips, whatever the voice). It costs one encoder pass of
+            the video-only view. None (default): the model's ``decode_defaults``, else not checked. Needs the
+            decision (``video_sync_margin``) where it applies: a model with a video trust gate.
 
     Raises:
         avsr.config.ConfigError: a value out of range (named).
@@ -151,6 +159,7 @@ class DecodeConfig(_Readers, Config):
     audio_confidence: float | None = option(None, ge=0, finite=True)
     video_sync_margin: float | None = option(None, ge=-2, le=2)
     video_sync_slope: float | None = option(None, ge=0, finite=True)
+    video_max_entropy: float | None = option(None, ge=0, finite=True)
 
     def check(self) -> None:
         """``nbest <= beam_size``. Raises :class:`avsr.config.ConfigError`."""
@@ -175,6 +184,10 @@ class DecodeConfig(_Readers, Config):
         """``(video_sync_margin, video_sync_slope)``, each the model's ``decode_defaults``' where None (a
         slope left unset: 0); None where no margin is set (the soft gate)."""
         return _sync_rule(self.video_sync_margin, self.video_sync_slope, decode_defaults)
+
+    def entropy_bar(self, decode_defaults: Mapping[str, Any] | None) -> float | None:
+        """``video_max_entropy``, the model's ``decode_defaults``' where None; None: not checked."""
+        return _entropy_bar(self.video_max_entropy, decode_defaults)
 
 
 
@@ -228,6 +241,11 @@ class FairseqConfig(_Readers, Config):
         the decision shapes the fused input, whichever search follows."""
         return _sync_rule(None, None, decode_defaults)
 
+    def entropy_bar(self, decode_defaults: Mapping[str, Any] | None) -> float | None:
+        """The model's ``decode_defaults``' ``video_max_entropy`` (None: not checked), a condition of that
+        decision."""
+        return _entropy_bar(None, decode_defaults)
+
 
 
 #: a decoding configuration of either search.
@@ -266,6 +284,12 @@ def _sync_rule(margin: float | None, slope: float | None, decode_defaults: Mappi
     margin = margin if margin is not None else defaults.get("video_sync_margin")
     slope = slope if slope is not None else defaults.get("video_sync_slope")
     return None if margin is None else (float(margin), float(slope or 0.0))
+
+
+def _entropy_bar(bar: float | None, decode_defaults: Mapping[str, Any] | None) -> float | None:
+    """``video_max_entropy`` with None taken from ``decode_defaults``."""
+    bar = bar if bar is not None else (decode_defaults or {}).get("video_max_entropy")
+    return None if bar is None else float(bar)
 
 
 def searched_views(weights: ViewWeights) -> tuple[str, ...]:

@@ -100,7 +100,8 @@ class SearchResult(NamedTuple):
             lips: ``"audio_gate"`` and ``"video_trust"``, each ``(B,)`` float32 in (0, 1), the utterances'
             mean audio gate and video trust gate (:meth:`avsr.encoder.AVHubertEncoder.gate_means`; no
             ``video_trust`` for a model without a video gate; 0 or 1 where the search decides, and then also
-            ``"video_sync"`` and ``"audio_ctc_confidence"``, see :meth:`Searcher.decode`). Empty otherwise.
+            ``"video_sync"``, ``"audio_ctc_confidence"`` and, with ``video_max_entropy``,
+            ``"video_ctc_entropy"``, see :meth:`Searcher.decode`). Empty otherwise.
     """
 
     hypotheses: list[list[Hypothesis]]
@@ -126,10 +127,14 @@ class Searcher:
         sync_rule: ``(video_sync_margin, video_sync_slope)``: the per-utterance decision whether to use the
             lips (:class:`avsr.decode.config.DecodeConfig`; passed to the encoder as ``video_decision``), or
             None (the gate's soft scaling, and always for a model without a video gate).
+        video_max_entropy: the decision's second condition (``video_max_entropy``: the lips are used only
+            where the video-only view's mean CTC entropy per frame is at most this), or None (not checked,
+            and always without a decision).
 
     Raises:
         ValueError: a view weight > 0 for a model without an audio gate (names the key and where it came
-            from); a ``video_sync_margin`` for a model without a CTC head.
+            from); a ``video_sync_margin`` for a model without a CTC head; a ``video_max_entropy`` without a
+            ``video_sync_margin`` for a model with a video gate.
     """
 
     def __init__(self, model: SearchModel, config: SearchConfig, defaults: Mapping[str, Any] | None = None
@@ -141,6 +146,11 @@ class Searcher:
         if self.sync_rule is not None and not model.has_ctc:
             raise ValueError("video_sync_margin weighs the audio-only view's CTC confidence: this model has "
                              "no CTC head; set video_sync_margin: null")
+        entropy = config.entropy_bar(defaults)
+        if entropy is not None and model.has_video_gate and self.sync_rule is None:
+            raise ValueError(f"video_max_entropy {entropy:g} is a condition of the search's decision on the "
+                             f"lips: set video_sync_margin too, or video_max_entropy: null")
+        self.video_max_entropy = entropy if self.sync_rule is not None else None
         if self._ranked(self.view_weights) and not model.has_audio_gate:
             name = "video_weight" if self.view_weights.video_weight > 0 else "audio_weight"
             raise ValueError(f"{name} {getattr(self.view_weights, name):g} needs a model with an audio gate "
@@ -190,7 +200,8 @@ class Searcher:
 
         Where the search decides on the lips (``sync_rule``), the result's gates also hold ``"video_sync"``
         (the sync margins) and ``"audio_ctc_confidence"`` (``q``, the audio-only view's mean largest CTC log
-        probability per frame), each ``(B,)`` float32.
+        probability per frame), and with ``video_max_entropy`` ``"video_ctc_entropy"`` (the video-only
+        view's mean CTC entropy per frame, nats), each ``(B,)`` float32.
 
         Returns:
             the :class:`SearchResult`.
@@ -209,10 +220,13 @@ class Searcher:
             decide = both and self.sync_rule is not None
             if (self._ranked(weights) or decide) and video_features is None:  # computed once for every view
                 video_features, video = model.encode_video(video, lengths), None
-            audio_view = decision = None
+            audio_view = video_view = decision = None
             if decide:
                 audio_view = self._audio_view(audio, lengths)
-                decision = self._sync_decision(audio, video_features, lengths, audio_view[1], gates)
+                if self.video_max_entropy is not None:
+                    video_view = self._video_view(video_features, lengths)
+                decision = self._sync_decision(audio, video_features, lengths, audio_view[1], gates,
+                                               None if video_view is None else video_view[1])
             enc, enc_lens = model.encode(audio, video, lengths, video_features, decision)
             ctc_logp = model.ctc_log_probs(enc)
             # fairseq's generator reads the source length as source['audio'].size(1) -- the feature dim of
@@ -222,7 +236,7 @@ class Searcher:
                 return SearchResult(self.search(enc, enc_lens, ctc_logp, src_len), ctc_logp, enc_lens, views,
                                     gates)
             hyps = self._ranked_with_views(audio, video_features, lengths, weights, enc, enc_lens, ctc_logp,
-                                           src_len, views, gates, audio_view, decision)
+                                           src_len, views, gates, audio_view, decision, video_view)
             return SearchResult(hyps, ctc_logp, enc_lens, views, gates)
         finally:
             model.train(was_training)
@@ -237,18 +251,31 @@ class Searcher:
         enc_a, _ = self.model.encode(audio, None, lengths)
         return enc_a, self.model.ctc_log_probs(enc_a)
 
+    def _video_view(self, video_features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+        """The video-only view: encoder output ``(B, T, D)`` and CTC log-probabilities ``(B, T, V)``."""
+        enc_v, _ = self.model.encode(None, None, lengths, video_features)
+        return enc_v, self.model.ctc_log_probs(enc_v)
+
     def _sync_decision(self, audio: Tensor, video_features: Tensor, lengths: Tensor, ctc_a: Tensor,
-                       gates: dict[str, Tensor]) -> Tensor:
+                       gates: dict[str, Tensor], ctc_v: Tensor | None = None) -> Tensor:
         """``(B,)`` float32 1 where the lips are used (their sync margin reaches ``video_sync_margin +
-        video_sync_slope * q``, ``q``: the audio-only view's mean largest CTC log probability per frame), else
-        0; ``gates`` (the result's, being built) receives ``"video_sync"`` (the margins) and
-        ``"audio_ctc_confidence"`` (``q``)."""
+        video_sync_slope * q``, ``q``: the audio-only view's mean largest CTC log probability per frame, and
+        with ``video_max_entropy`` the video-only view's CTC log-probabilities ``ctc_v`` ``(B, T, V)`` have a
+        mean entropy per frame at most that), else 0; ``gates`` (the result's, being built) receives
+        ``"video_sync"`` (the margins), ``"audio_ctc_confidence"`` (``q``) and ``"video_ctc_entropy"``."""
         margin = self.model.sync_margin(audio, video_features, lengths).float()
         valid = torch.arange(ctc_a.size(1), device=ctc_a.device)[None, :] < lengths.to(ctc_a.device)[:, None]
-        q = (ctc_a.amax(dim=-1) * valid).sum(dim=1) / valid.sum(dim=1)
+        frames = valid.sum(dim=1)
+        q = (ctc_a.amax(dim=-1) * valid).sum(dim=1) / frames
         gates["video_sync"], gates["audio_ctc_confidence"] = margin, q
         bar, slope = self.sync_rule  # type: ignore[misc]
-        return (margin >= bar + slope * q).float()
+        use = margin >= bar + slope * q
+        if self.video_max_entropy is not None and ctc_v is not None:
+            logp = ctc_v.float()
+            entropy = (-(logp.exp() * logp).sum(dim=-1) * valid).sum(dim=1) / frames
+            gates["video_ctc_entropy"] = entropy
+            use &= entropy <= self.video_max_entropy
+        return use.float()
 
     def _ranked_with_views(self, audio: Tensor, video_features: Tensor, lengths: Tensor,
                            weights: ViewWeights, enc: Tensor, enc_lens: Tensor,
@@ -256,13 +283,15 @@ class Searcher:
                            views: dict[str, list[list[Hypothesis]]],
                            gates: dict[str, Tensor],
                            audio_view: tuple[Tensor, Tensor] | None = None,
-                           decision: Tensor | None = None) -> list[list[Hypothesis]]:
+                           decision: Tensor | None = None,
+                           video_view: tuple[Tensor, Tensor] | None = None) -> list[list[Hypothesis]]:
         """The fused input's beam search and, with a video weight, the video-only view's (and with an audio
         confidence, the audio-only view's; ``beam_size`` hypotheses each), ranked with the single-stream
         views' scores (:func:`avsr.decode.rescore.rescore_with_views`); ``views`` (the result's, being built)
         receives the views' own hypotheses, cut to ``nbest``, and ``gates`` the mean gates; ``audio_view``:
-        the audio-only view's encoder output and CTC log-probabilities when computed already; ``decision``:
-        the search's decision on the lips (:meth:`_sync_decision`), or None."""
+        the audio-only view's encoder output and CTC log-probabilities when computed already (``video_view``
+        the video-only view's); ``decision``: the search's decision on the lips (:meth:`_sync_decision`), or
+        None."""
         model, config = self.model, self.config
         wide = replace(config, nbest=config.beam_size)
         lists = [self.search(enc, enc_lens, ctc_logp, src_len, wide)]
@@ -281,8 +310,7 @@ class Searcher:
         searched = searched_views(weights)
         scored, own = [], []  # (weight, scorer) of each view; the position of its own search's list
         if "video" in searched:
-            enc_v, _ = model.encode(None, None, lengths, video_features)
-            ctc_v = model.ctc_log_probs(enc_v)
+            enc_v, ctc_v = video_view if video_view is not None else self._video_view(video_features, lengths)
             lists.append(self.search(enc_v, enc_lens, ctc_v, src_len, wide))
             scored.append((weights.video_weight * gate * trust, scorer(enc_v, ctc_v)))
             own.append(len(lists) - 1)

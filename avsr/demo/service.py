@@ -107,7 +107,8 @@ def transcribe_upload(tr: Transcriber, video: Path | None, audio: Path | None, w
         (audio-visual decoding: the search's view weights, the single-stream views' texts it ranked with and
         the mean ``audio_gate`` and ``video_trust`` when the views were ranked; with the search's decision on
         the lips, their ``video_sync`` margin, the audio's ``audio_ctc_confidence`` and the bar the margin had
-        to reach, ``video_sync_bar``) and, with ``compare``,
+        to reach, ``video_sync_bar``, and with ``video_max_entropy`` the video-only view's
+        ``video_ctc_entropy`` and its bar, ``video_entropy_bar``) and, with ``compare``,
         ``modalities``: ``{modality: {"text", "words", "modality", "score", "duration_s", "info"}}`` for each
         modality decoded, ``{"modality", "error"}`` for one that failed (the video of a face video without a
         face, ...).
@@ -162,10 +163,13 @@ def transcribe_upload(tr: Transcriber, video: Path | None, audio: Path | None, w
                           "audio_confidence": audio_confidence,
                           "views": {name: v.text for name, v in (fused.views or {}).items()},
                           **{k: fused.info[k] for k in ("audio_gate", "video_trust", "video_sync",
-                                                         "audio_ctc_confidence") if k in fused.info}}
+                                                         "audio_ctc_confidence", "video_ctc_entropy")
+                             if k in fused.info}}
         if tr.searcher.sync_rule is not None and "audio_ctc_confidence" in fused.info:
             bar, slope = tr.searcher.sync_rule
             info["fusion"]["video_sync_bar"] = round(bar + slope * fused.info["audio_ctc_confidence"], 4)
+        if tr.searcher.video_max_entropy is not None and "video_ctc_entropy" in fused.info:
+            info["fusion"]["video_entropy_bar"] = tr.searcher.video_max_entropy
     if compare:
         info["modalities"] = {m: _result(done[m]) if m in done else {"modality": m, "error": failed[m]}
                               for m in order}

@@ -140,7 +140,8 @@ def decode_settings(job: DecodeJob) -> dict[str, Any]:
     checkpoints (names, sizes, times), the tokenizer, the decoding configuration, the data dir, the precision;
     the edges (only when inputs are changed: earlier results stay valid), the audio-visual view weights
     (only when above 0) and the decision on the lips (``video_sync``: ``video_sync_margin`` and
-    ``video_sync_slope``, only where set); the last two only in the audio-visual directory's settings.
+    ``video_sync_slope``, and ``video_max_entropy`` where set; only where a margin is set); the last two only
+    in the audio-visual directory's settings.
 
     Raises:
         FileNotFoundError: no checkpoint; avsr.config.ConfigError: a bad decoding configuration;
@@ -156,7 +157,8 @@ def decode_settings(job: DecodeJob) -> dict[str, Any]:
     config = load_decode_config(config_path(job.decode_config, "decode"))
     decode = {"search": config.search, **to_dict(config)}
     # the views' weights and the decision on the lips are recorded below only where they change the hypotheses
-    for key in ("video_weight", "audio_weight", "audio_confidence", "video_sync_margin", "video_sync_slope"):
+    for key in ("video_weight", "audio_weight", "audio_confidence", "video_sync_margin", "video_sync_slope",
+                "video_max_entropy"):
         decode.pop(key, None)
     settings = {
         "model": str(source.resolve()),
@@ -171,7 +173,7 @@ def decode_settings(job: DecodeJob) -> dict[str, Any]:
     defaults = ModelDefaults(None, ViewWeights(), {})
     if job.edge_frames == "model" or (rescored and None in (
             config.video_weight, config.audio_weight, config.audio_confidence, config.video_sync_margin,
-            config.video_sync_slope)):
+            config.video_sync_slope, config.video_max_entropy)):
         defaults = model_defaults(source, job.average_nbest)
     edges = defaults.edge_frames if job.edge_frames == "model" else job.edge_frames
     edges = check_edges(edges, "edge_frames") if edges is not None else None
@@ -185,6 +187,9 @@ def decode_settings(job: DecodeJob) -> dict[str, Any]:
     rule = config.sync_rule(defaults.decode_defaults) if "audiovisual" in job.modalities else None
     if rule is not None:
         settings["video_sync"] = {"video_sync_margin": rule[0], "video_sync_slope": rule[1]}
+        entropy = config.entropy_bar(defaults.decode_defaults)
+        if entropy is not None:
+            settings["video_sync"]["video_max_entropy"] = entropy
     return settings
 
 

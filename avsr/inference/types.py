@@ -93,10 +93,11 @@ class Transcript:
             ``video_trust``: the video trust gate, near 0 for lips the model takes for someone else's or a
             frozen mouth, and 0 or 1 where the search decides;
             :meth:`avsr.encoder.AVHubertEncoder.gate_means`; with that decision ``video_sync``, the lips'
-            sync margin, and ``audio_ctc_confidence``, the audio view's confidence it was weighed against:
-            ``video_sync_margin`` of :class:`avsr.decode.DecodeConfig`) and ``warning`` (an input longer
-            than the model's training utterances, audio recorded below 16 kHz, an audio array without
-            ``sample_rate`` that looks like 8 kHz audio).
+            sync margin, ``audio_ctc_confidence``, the audio view's confidence it was weighed against, and
+            ``video_ctc_entropy``, the video-only view's mean CTC entropy per frame (nats):
+            ``video_sync_margin`` and ``video_max_entropy`` of :class:`avsr.decode.DecodeConfig`) and
+            ``warning`` (an input longer than the model's training utterances, audio recorded below 16 kHz,
+            an audio array without ``sample_rate`` that looks like 8 kHz audio).
         error: why the item could not be transcribed, or None.
         views: audio-visual input decoded with ``views=True``
             (:meth:`avsr.inference.Transcriber.transcribe_batch`): the transcripts of the single-stream views

@@ -73,6 +73,13 @@ def _per_channel(v: torch.Tensor, channels: int) -> torch.Tensor:
     return v.view(-1, channels).sum(0)
 
 
+def _column_sums(rows: torch.Tensor) -> torch.Tensor:
+    """``(R, W * C)`` -> float32 column sums ``(W * C,)``. A bfloat16 input is converted first: PyTorch
+    2.14's CPU ``sum(0, dtype=torch.float32)`` of bfloat16 rows is 3-4x slower than the conversion and a
+    float32 sum together (e.g. 7.0 ms against 1.8 ms for 16,500 x 352, 2 threads)."""
+    return rows.sum(0) if rows.dtype == torch.float32 else rows.float().sum(0)
+
+
 class _BatchNormActRows(torch.autograd.Function):
     """Training-mode BatchNorm (+ residual) (+ PReLU / ReLU) on the rows of a channels-last tensor.
 
@@ -90,11 +97,10 @@ class _BatchNormActRows(torch.autograd.Function):
     def forward(ctx, rows, weight, bias, slope, residual, channels, eps, relu):  # noqa: D102
         reps = rows.shape[1] // channels
         count = rows.shape[0] * reps
-        f32 = torch.float32
-        mean = _per_channel(rows.sum(0, dtype=f32), channels) / count
+        mean = _per_channel(_column_sums(rows), channels) / count
         d = rows - mean.repeat(reps).to(rows.dtype)  # centred (x - mean, mean rounded to the dtype)
-        dmean = _per_channel(d.sum(0, dtype=f32), channels) / count  # what that rounding left
-        var = _per_channel((d * d).sum(0, dtype=f32), channels) / count - dmean * dmean
+        dmean = _per_channel(_column_sums(d), channels) / count  # what that rounding left
+        var = _per_channel(_column_sums(d * d), channels) / count - dmean * dmean
         invstd = torch.rsqrt(var + eps)
         scale = weight.float() * invstd
         shift = bias.float() - dmean * scale
@@ -119,19 +125,18 @@ class _BatchNormActRows(torch.autograd.Function):
         c, dt = ctx.channels, grad.dtype
         reps = grad.shape[1] // c
         count = grad.shape[0] * reps
-        f32 = torch.float32
         grad_slope = None
         if ctx.relu:
             gy = torch.ops.aten.threshold_backward(grad, y, 0)
         elif slope is not None:  # PReLU: grad where y > 0, slope * grad elsewhere
             a = slope.repeat(reps).to(dt)
             if ctx.needs_input_grad[3]:
-                grad_slope = _per_channel((grad * y.clamp(max=0)).sum(0, dtype=f32), c).to(slope.dtype)
+                grad_slope = _per_channel(_column_sums(grad * y.clamp(max=0)), c).to(slope.dtype)
             gy = torch.addcmul(torch.ops.aten.threshold_backward(grad, y, 0).mul_(1 - a), grad, a)
         else:
             gy = grad
-        sum_g = _per_channel(gy.sum(0, dtype=f32), c)  # = grad of the bias
-        sum_gd = _per_channel((gy * d).sum(0, dtype=f32), c) - dmean * sum_g  # sum(gy * (x - mean))
+        sum_g = _per_channel(_column_sums(gy), c)  # = grad of the bias
+        sum_gd = _per_channel(_column_sums(gy * d), c) - dmean * sum_g  # sum(gy * (x - mean))
         grad_weight = sum_gd * invstd
         # dx = scale * (gy - sum_g / count - xhat * grad_weight / count), xhat = (d - dmean) * invstd
         b = -scale * invstd * grad_weight / count

@@ -247,8 +247,11 @@ function renderFusion(fusion) {
       fusion.video_trust > 0.5 ? "the lips are taken to belong to the sound" : "the lips are not trusted"));
   if (typeof fusion.video_sync === "number")
     box.append(el("p", { class: "meta" }, `lips in sync with the sound: margin ${fmt(fusion.video_sync)}, ` +
-      `bar ${fmt(fusion.video_sync_bar)} (lower where the audio is unsure): the search ` +
-      (fusion.video_trust > 0.5 ? "uses the lips whole" : "decodes the audio alone")));
+      `bar ${fmt(fusion.video_sync_bar)} (lower where the audio is unsure)` +
+      (typeof fusion.video_ctc_entropy === "number"
+        ? `; lips read with confidence: entropy ${fmt(fusion.video_ctc_entropy)}, at most ` +
+          `${fmt(fusion.video_entropy_bar)}` : "") +
+      ": the search " + (fusion.video_trust > 0.5 ? "uses the lips whole" : "decodes the audio alone")));
   if (fusion.audio_gate === undefined && fusion.video_trust === undefined)
     box.append(el("p", { class: "meta" }, "no gates reported: the model has none, or the search ranks " +
       "no single-stream views (view weights 0)"));
@@ -273,7 +276,7 @@ function renderRoi(roi) {
 }
 
 const SHOWN = new Set(["roi", "fusion", "modalities", "score", "duration_s", "allowed", "audio_gate",
-  "video_trust", "video_sync", "audio_ctc_confidence"]);
+  "video_trust", "video_sync", "audio_ctc_confidence", "video_ctc_entropy"]);
 
 function renderFacts(answer) {
   const info = answer.info || {};
