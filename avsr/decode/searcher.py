@@ -222,9 +222,9 @@ class Searcher:
                 video_features, video = model.encode_video(video, lengths), None
             audio_view = video_view = decision = None
             if decide:
-                audio_view = self._audio_view(audio, lengths)
+                audio_view = self._single_view(lengths, audio=audio)
                 if self.video_max_entropy is not None:
-                    video_view = self._video_view(video_features, lengths)
+                    video_view = self._single_view(lengths, video_features=video_features)
                 decision = self._sync_decision(audio, video_features, lengths, audio_view[1], gates,
                                                None if video_view is None else video_view[1])
             enc, enc_lens = model.encode(audio, video, lengths, video_features, decision)
@@ -246,23 +246,21 @@ class Searcher:
         """Whether ``weights`` rank the fused input's hypotheses with a single-stream view."""
         return weights.video_weight > 0 or weights.audio_weight > 0
 
-    def _audio_view(self, audio: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """The audio-only view: encoder output ``(B, T, D)`` and CTC log-probabilities ``(B, T, V)``."""
-        enc_a, _ = self.model.encode(audio, None, lengths)
-        return enc_a, self.model.ctc_log_probs(enc_a)
-
-    def _video_view(self, video_features: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
-        """The video-only view: encoder output ``(B, T, D)`` and CTC log-probabilities ``(B, T, V)``."""
-        enc_v, _ = self.model.encode(None, None, lengths, video_features)
-        return enc_v, self.model.ctc_log_probs(enc_v)
+    def _single_view(self, lengths: Tensor, audio: Tensor | None = None,
+                     video_features: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The audio-only (``audio``) or video-only (``video_features``) view: encoder output ``(B, T, D)``
+        and CTC log-probabilities ``(B, T, V)``."""
+        enc, _ = self.model.encode(audio, None, lengths, video_features)
+        return enc, self.model.ctc_log_probs(enc)
 
     def _sync_decision(self, audio: Tensor, video_features: Tensor, lengths: Tensor, ctc_a: Tensor,
                        gates: dict[str, Tensor], ctc_v: Tensor | None = None) -> Tensor:
         """``(B,)`` float32 1 where the lips are used (their sync margin reaches ``video_sync_margin +
         video_sync_slope * q``, ``q``: the audio-only view's mean largest CTC log probability per frame, and
-        with ``video_max_entropy`` the video-only view's CTC log-probabilities ``ctc_v`` ``(B, T, V)`` have a
-        mean entropy per frame at most that), else 0; ``gates`` (the result's, being built) receives
-        ``"video_sync"`` (the margins), ``"audio_ctc_confidence"`` (``q``) and ``"video_ctc_entropy"``."""
+        where ``ctc_v`` is given -- the video-only view's CTC log-probabilities ``(B, T, V)``, with
+        ``video_max_entropy`` -- their mean entropy per frame is at most that), else 0; ``gates`` (the
+        result's, being built) receives ``"video_sync"`` (the margins), ``"audio_ctc_confidence"`` (``q``) and
+        ``"video_ctc_entropy"``."""
         margin = self.model.sync_margin(audio, video_features, lengths).float()
         valid = torch.arange(ctc_a.size(1), device=ctc_a.device)[None, :] < lengths.to(ctc_a.device)[:, None]
         frames = valid.sum(dim=1)
@@ -270,7 +268,7 @@ class Searcher:
         gates["video_sync"], gates["audio_ctc_confidence"] = margin, q
         bar, slope = self.sync_rule  # type: ignore[misc]
         use = margin >= bar + slope * q
-        if self.video_max_entropy is not None and ctc_v is not None:
+        if ctc_v is not None:
             logp = ctc_v.float()
             entropy = (-(logp.exp() * logp).sum(dim=-1) * valid).sum(dim=1) / frames
             gates["video_ctc_entropy"] = entropy
@@ -310,13 +308,13 @@ class Searcher:
         searched = searched_views(weights)
         scored, own = [], []  # (weight, scorer) of each view; the position of its own search's list
         if "video" in searched:
-            enc_v, ctc_v = video_view if video_view is not None else self._video_view(video_features, lengths)
+            enc_v, ctc_v = video_view or self._single_view(lengths, video_features=video_features)
             lists.append(self.search(enc_v, enc_lens, ctc_v, src_len, wide))
             scored.append((weights.video_weight * gate * trust, scorer(enc_v, ctc_v)))
             own.append(len(lists) - 1)
             views["video"] = [h[: config.nbest] for h in lists[-1]]
         if weights.audio_weight > 0:
-            enc_a, ctc_a = audio_view if audio_view is not None else self._audio_view(audio, lengths)
+            enc_a, ctc_a = audio_view or self._single_view(lengths, audio=audio)
             weight_a = weights.audio_weight * gate
             own.append(None)
             if "audio" in searched:  # the confidence check: the audio-only view's best, per token
