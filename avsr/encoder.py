@@ -252,6 +252,10 @@ class AVHubertEncoderConfig(Config):
         resnet_relu_type: ``prelu`` or ``relu`` in the video ResNet.
         resnet_widths: the 4 stage widths of the video ResNet (stem channels = first); [64, 128, 256, 512]
             is ResNet-18 as the original.
+        video_input_size: an avsr extension, None (the crop as given, 88 x 88) in AV-HuBERT: the side in
+            pixels to which the video front-end area-averages each crop before its ResNet (44: 2 x 2 blocks,
+            a quarter of the ResNet's cost; :class:`avsr.nn.resnet.VideoFrontEnd`). Train and decode with
+            the same value (the checkpoint's configuration keeps it).
     """
 
     encoder_layers: int = option(12, ge=1)
@@ -282,6 +286,7 @@ class AVHubertEncoderConfig(Config):
     audio_feat_dim: int = option(104, ge=1)
     resnet_relu_type: str = option("prelu", choices=RESNET_RELU_TYPES)
     resnet_widths: list[int] = option(factory=lambda: [64, 128, 256, 512], ge=1)
+    video_input_size: int | None = option(None, ge=8)
 
     def check(self) -> None:
         """The rules between fields. Raises :class:`avsr.config.ConfigError` naming the keys."""
@@ -464,7 +469,8 @@ class AVHubertEncoder(nn.Module):
         self.feature_extractor_audio = AudioFrontEnd(config.audio_feat_dim, d)
         self.feature_extractor_video = VideoFrontEnd(
             d, config.resnet_widths, config.resnet_relu_type, channels_last=runtime.channels_last,
-            precision=runtime.video_precision, precision_in_eval=runtime.video_precision_in_eval)
+            precision=runtime.video_precision, precision_in_eval=runtime.video_precision_in_eval,
+            input_size=config.video_input_size)
         self.embed_dim = 2 * d if config.modality_fuse == "concat" else d
         self.layer_norm = nn.LayerNorm(self.embed_dim)
         self.post_extract_proj = nn.Linear(self.embed_dim, d) if self.embed_dim != d else None

@@ -375,3 +375,23 @@ def test_audio_cmn_removes_each_utterances_constant_offset_and_ignores_padding()
         centred = audio[2:, :, :5] - audio[2:, :, :5].mean(dim=2, keepdim=True)
         torch.testing.assert_close(cmn({"audio": centred, "video": None}, None)[0],
                                    plain({"audio": centred, "video": None}, None)[0])
+
+
+def test_video_input_size_reads_the_area_mean_of_the_crop_and_keeps_smaller_frames():
+    torch.manual_seed(0)
+    reduced = tiny(**NO_DROP, video_input_size=8).eval()
+    whole = tiny(**NO_DROP).eval()
+    whole.load_state_dict(reduced.state_dict())  # the option adds no parameter
+    xs = inputs(2, 6)
+    lengths = torch.tensor([6, 4])
+    # a 16 x 16 crop read at 8 x 8 is the plain model on the crop's 2 x 2 block means
+    pooled = F.avg_pool2d(xs["video"][:, 0], 2)[:, None]
+    for audio in (xs["audio"], None):
+        got = reduced({"audio": audio, "video": xs["video"]}, lengths)[0]
+        want = whole({"audio": audio, "video": pooled}, lengths)[0]
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        # frames already at (or below) the size pass unchanged
+        torch.testing.assert_close(reduced({"audio": audio, "video": pooled}, lengths)[0], want)
+    assert not torch.equal(reduced(xs, lengths)[0], whole(xs, lengths)[0])
+    with pytest.raises(ConfigError, match="video_input_size"):
+        AVHubertEncoder(**TINY, video_input_size=4)

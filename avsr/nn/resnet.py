@@ -456,16 +456,35 @@ class VideoFrontEnd(nn.Module):
     (``Linear(widths[3], embed_dim)``, PyTorch default init) match the original's key names.
     ``channels_last``, ``precision`` and ``precision_in_eval`` are the ResNet's run-time switches (see
     :class:`ResEncoder`, whose errors the constructor raises).
+
+    ``input_size`` (an avsr extension; None as AV-HuBERT): the side in pixels to which each ``H x W`` frame
+    is reduced by area averaging (:func:`torch.nn.functional.interpolate`, ``mode="area"``; for 88 -> 44 the
+    mean of each 2 x 2 block) before the ResNet, so that a small model reads the same 88 x 88 crops at a
+    quarter of the ResNet's cost. Frames already of that size, and frames smaller than it, pass unchanged.
+    Raises ValueError for an ``input_size`` below 8 (the stem and the trunk's four stride-2 steps need it).
     """
 
     def __init__(self, embed_dim: int, widths: Sequence[int] = (64, 128, 256, 512),
                  relu_type: str = "prelu", *, channels_last: bool | None = None, precision: str | None = None,
-                 precision_in_eval: bool = True) -> None:
+                 precision_in_eval: bool = True, input_size: int | None = None) -> None:
         super().__init__()
+        if input_size is not None and int(input_size) < 8:
+            raise ValueError(f"video_input_size must be at least 8 pixels, got {input_size}")
+        self.input_size = None if input_size is None else int(input_size)
         self.resnet = ResEncoder(widths, relu_type, channels_last=channels_last, precision=precision,
                                  precision_in_eval=precision_in_eval)
         self.proj = nn.Linear(self.resnet.backend_out, embed_dim)
 
     def forward(self, video: torch.Tensor) -> torch.Tensor:
         """``(B, 1, T, H, W) -> (B, embed_dim, T)``."""
-        return self.proj(self.resnet(video).transpose(1, 2)).transpose(1, 2)
+        return self.proj(self.resnet(self.reduce(video)).transpose(1, 2)).transpose(1, 2)
+
+    def reduce(self, video: torch.Tensor) -> torch.Tensor:
+        """``(B, 1, T, H, W)`` -> ``(B, 1, T, s, s)`` area-averaged to ``s = input_size`` (the input itself
+        when ``input_size`` is None or not below both of ``H`` and ``W``)."""
+        s = self.input_size
+        if s is None or video.shape[-1] <= s and video.shape[-2] <= s:
+            return video
+        b, c, t, h, w = video.shape
+        frames = F.interpolate(video.reshape(b, c * t, h, w), size=(s, s), mode="area")
+        return frames.view(b, c, t, s, s)
