@@ -10,7 +10,7 @@ Usage (from the repository root, after the SynthGRID main job)::
 
     .venv/bin/python scripts/ship_model.py recipes/synthgrid/avsr1/exp/avsr_synthgrid_cpu \\
         --decode-config recipes/synthgrid/avsr1/conf/decode/default.yaml \\
-        --example recipes/synthgrid/avsr1/data/test --utt te000_bbwx3s_0022 --name synthgrid
+        --example recipes/synthgrid/avsr1/data/test --utt te000_pgix2s_0012 --name synthgrid
 """
 
 from __future__ import annotations

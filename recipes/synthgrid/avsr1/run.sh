@@ -4,8 +4,8 @@
 # festival voices of unseen speakers; test_edges: test with each end cut to the speech or 0.4-1.0 s longer;
 # test_unseen_voice, test_espeak_ng, test_flite: voices of each engine that no training utterance has; and
 # test's audio with other lips: test_other_lips, test_frozen_mouth, test_photo_lips) in {audio, video,
-# audiovisual} x {clean, babble at 10, 5, 0, -5 dB}. CPU-sized by default (about 33 minutes on 2 cores of an
-# Intel Xeon with AVX-512 BF16; docs/performance.md).
+# audiovisual} x {clean, babble at 10, 5, 0, -5 dB}. CPU-sized by default (about 18 minutes of stages on 2
+# cores of an AMD EPYC with AVX-512 BF16; docs/performance.md).
 #   ./run.sh                          # everything
 #   ./run.sh --stage 9 --stop_stage 9 # training only (resumes from exp/<tag>/checkpoint.pt)
 #   ./run.sh --ngpu 1                 # train and decode on a GPU
