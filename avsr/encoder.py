@@ -254,7 +254,7 @@ class AVHubertEncoderConfig(Config):
             is ResNet-18 as the original.
         video_input_size: an avsr extension, None (the crop as given, 88 x 88) in AV-HuBERT: the side in
             pixels to which the video front-end area-averages each crop before its ResNet (44: 2 x 2 blocks,
-            a quarter of the ResNet's cost; :class:`avsr.nn.resnet.VideoFrontEnd`). Train and decode with
+            a quarter of the pixels; :class:`avsr.nn.resnet.VideoFrontEnd`). Train and decode with
             the same value (the checkpoint's configuration keeps it).
     """
 

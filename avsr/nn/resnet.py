@@ -459,8 +459,9 @@ class VideoFrontEnd(nn.Module):
 
     ``input_size`` (an avsr extension; None as AV-HuBERT): the side in pixels to which each ``H x W`` frame
     is reduced by area averaging (:func:`torch.nn.functional.interpolate`, ``mode="area"``; for 88 -> 44 the
-    mean of each 2 x 2 block) before the ResNet, so that a small model reads the same 88 x 88 crops at a
-    quarter of the ResNet's cost. Frames already of that size, and frames smaller than it, pass unchanged.
+    mean of each 2 x 2 block) before the ResNet, so that a small model reads the same 88 x 88 crops from a
+    quarter of the pixels (in training on CPU a third of the ResNet's time: its per-frame work shrinks
+    less). Frames already of that size, and frames smaller than it, pass unchanged.
     Raises ValueError for an ``input_size`` below 8 (the stem and the trunk's four stride-2 steps need it).
     """
 
